@@ -21,3 +21,11 @@ class DeviceError(EdgeoptError):
 
 class ConversionError(EdgeoptError):
     """A converter or quantizer rejected the model."""
+
+
+class ConfigError(EdgeoptError):
+    """A config file or flag value that cannot be used."""
+
+
+class OutputError(EdgeoptError):
+    """The output location cannot take a bundle."""

@@ -1,0 +1,112 @@
+"""Any supported input -> float `.tflite`, with the layouts that link it to its source.
+
+    >>> conversion = to_float_tflite(handle, workdir, samples)
+    >>> len(conversion.tflite) > 0
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.converters.tf_source import TFSource, run_converter
+from edgeopt.errors import ConversionError
+from edgeopt.model import ModelHandle, tflite_interpreter
+
+
+@dataclass(frozen=True)
+class FloatConversion:
+    tflite: bytes
+    tf_source: TFSource | None  # None when the input already was a float .tflite
+    input_perms: dict[str, tuple[int, ...]]  # source layout -> .tflite layout
+    output_perms: tuple[tuple[int, ...] | None, ...]  # .tflite layout -> source layout
+    converter: str
+
+
+def _perm_between(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
+    """None when the shapes agree; else the permutation of `source` axes that gives `target`."""
+    source = tuple(1 if i == 0 and d < 0 else d for i, d in enumerate(source))
+    if len(source) != len(target):
+        return None
+    if all(s < 0 or s == t for s, t in zip(source, target)):
+        return None
+    candidates = {4: [(0, 2, 3, 1), (0, 3, 1, 2)], 3: [(0, 2, 1)]}.get(len(source), [])
+    for perm in candidates:
+        if all(source[p] < 0 or source[p] == t for p, t in zip(perm, target)):
+            return perm
+    return None
+
+
+def _inverse(perm: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    return None if perm is None else tuple(int(i) for i in np.argsort(perm))
+
+
+def layouts(handle: ModelHandle, tflite: bytes) -> tuple[dict, tuple]:
+    """Read the converted model's IO shapes and link them to the source's layouts."""
+    interpreter = tflite_interpreter(tflite)
+    ins = interpreter.get_input_details()
+    outs = interpreter.get_output_details()
+    input_perms = {}
+    for spec, detail in zip(handle.inputs, ins):
+        perm = _perm_between(spec.shape, tuple(int(d) for d in detail["shape"]))
+        if perm is not None:
+            input_perms[spec.name] = perm
+    output_perms = tuple(
+        _inverse(_perm_between(spec.shape, tuple(int(d) for d in detail["shape"])))
+        for spec, detail in zip(handle.outputs, outs))
+    return input_perms, output_perms
+
+
+def _float_converter(source: TFSource):
+    converter = source.converter()
+    # Keep float32 everywhere; fp16 and int8 are chosen by the quantize stage.
+    converter.optimizations = []
+    return converter
+
+
+def _nhwc_samples(handle: ModelHandle, samples: dict[str, np.ndarray] | None):
+    """First 4-D input's samples in NHWC, for onnx2tf's own output check."""
+    if not samples:
+        return None
+    for spec in handle.inputs:
+        array = samples.get(spec.name)
+        if array is not None and array.ndim == 4:
+            return array.transpose(0, 2, 3, 1) if array.shape[1] in (1, 3) else array
+    return None
+
+
+def to_float_tflite(handle: ModelHandle, workdir: Path,
+                    samples: dict[str, np.ndarray] | None = None,
+                    keras_model=None) -> FloatConversion:
+    """Convert `handle` to a float32 `.tflite`; TensorFlow is imported only here."""
+    if handle.format == "tflite":
+        tflite = handle.path.read_bytes()
+        return FloatConversion(tflite, None, {}, tuple(None for _ in handle.outputs), "none")
+    if handle.format == "onnx":
+        from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
+
+        converted = onnx_to_saved_model(handle, workdir, _nhwc_samples(handle, samples))
+        source = TFSource(saved_model_dir=converted.saved_model_dir)
+        name = f"onnx2tf {_version('onnx2tf')} + TFLiteConverter"
+    elif handle.format == "keras":
+        from edgeopt.model import load_keras
+
+        source = TFSource(keras_model=keras_model or load_keras(handle.path))
+        name = "TFLiteConverter (Keras)"
+    elif handle.format == "saved_model":
+        source = TFSource(saved_model_dir=handle.path)
+        name = "TFLiteConverter (SavedModel)"
+    else:
+        raise ConversionError(f"cannot convert a {handle.format} model to .tflite")
+    tflite = run_converter(_float_converter(source), "float")
+    input_perms, output_perms = layouts(handle, tflite)
+    return FloatConversion(tflite, source, input_perms, output_perms, name)
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)

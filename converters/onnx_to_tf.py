@@ -1,0 +1,112 @@
+"""ONNX -> TensorFlow SavedModel through onnx2tf, strictly offline.
+
+onnx2tf downloads a sample image file for any 4-D image input to check its outputs; on an
+offline build server that call hangs or fails. We replace its download hook with the
+user's own calibration samples and make its HTTP client refuse, so no call leaves the
+machine. onnx2tf turns NCHW image inputs and outputs into NHWC; the permutations are
+returned so data in the ONNX layout can be fed to the converted model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.errors import ConversionError
+from edgeopt.model import ModelHandle
+
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
+
+
+@dataclass(frozen=True)
+class OnnxToTF:
+    saved_model_dir: Path
+    input_perms: dict[str, tuple[int, ...]]
+    output_perms: tuple[tuple[int, ...] | None, ...]
+    log: str
+
+
+class _NoNetwork(RuntimeError):
+    pass
+
+
+def _refuse(*_args, **_kwargs):
+    raise _NoNetwork("edgeopt runs offline: onnx2tf tried to download a file")
+
+
+@contextlib.contextmanager
+def _offline_onnx2tf(samples_nhwc: np.ndarray | None):
+    """Patch onnx2tf's sample-image download to return our own samples; refuse HTTP."""
+    import onnx2tf.onnx2tf as main_module
+    import onnx2tf.utils.common_functions as common
+
+    def own_samples() -> np.ndarray:
+        if samples_nhwc is None:
+            raise _NoNetwork("onnx2tf asked for sample images and none were given")
+        return samples_nhwc.astype(np.float32)
+
+    saved = (main_module.download_test_image_data, common.download_test_image_data,
+             common.requests.get)
+    main_module.download_test_image_data = own_samples
+    common.download_test_image_data = own_samples
+    common.requests.get = _refuse
+    try:
+        yield
+    finally:
+        (main_module.download_test_image_data, common.download_test_image_data,
+         common.requests.get) = saved
+
+
+def _fixed_shapes(handle: ModelHandle) -> list[str]:
+    """onnx2tf's overwrite_input_shape strings: a dynamic batch becomes 1."""
+    shapes = []
+    for spec in handle.inputs:
+        dims = list(spec.shape)
+        if dims and dims[0] < 0:
+            dims[0] = 1
+        if any(d < 0 for d in dims):
+            raise ConversionError(
+                f"input '{spec.name}' has dynamic dimensions {spec.shape} beyond the batch; "
+                "fix them when exporting the ONNX model (mobile runtimes need static shapes)")
+        shapes.append(f"{spec.name}:{','.join(str(d) for d in dims)}")
+    return shapes
+
+
+def _perm_for(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    return NCHW_TO_NHWC if len(shape) == 4 else None
+
+
+def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
+                        samples_nhwc: np.ndarray | None) -> OnnxToTF:
+    """Convert with onnx2tf into `workdir/saved_model`; raise ConversionError on failure."""
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import onnx2tf
+
+    out = workdir / "saved_model"
+    log = io.StringIO()
+    try:
+        with _offline_onnx2tf(samples_nhwc), contextlib.redirect_stdout(log), \
+                contextlib.redirect_stderr(log):
+            onnx2tf.convert(
+                input_onnx_file_path=str(handle.path), output_folder_path=str(out),
+                overwrite_input_shape=_fixed_shapes(handle), output_signaturedefs=True,
+                copy_onnx_input_output_names_to_tflite=True, non_verbose=True,
+                not_use_onnxsim=False)
+    except ConversionError:
+        raise
+    except (Exception, SystemExit) as exc:  # onnx2tf raises anything, and sys.exit()s
+        lines = [ln for ln in log.getvalue().splitlines() if "ERROR" in ln] or [str(exc)]
+        raise ConversionError(f"onnx2tf could not convert {handle.path.name}: "
+                              f"{lines[-1].strip()[:300]}") from exc
+    if not (out / "saved_model.pb").is_file():
+        raise ConversionError(f"onnx2tf wrote no SavedModel for {handle.path.name}")
+    input_perms = {s.name: p for s in handle.inputs if (p := _perm_for(s.shape))}
+    output_perms = tuple(NHWC_TO_NCHW if len(s.shape) == 4 else None for s in handle.outputs)
+    return OnnxToTF(out, input_perms, output_perms, log.getvalue())

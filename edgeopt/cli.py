@@ -1,0 +1,258 @@
+"""The `edgeopt` command: a thin layer that builds one config and calls one function.
+
+Heavy frameworks are imported inside the commands that need them, so `edgeopt --help`
+and `edgeopt devices` start in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from edgeopt import __version__
+from edgeopt.errors import EdgeoptError
+
+EXAMPLES = {
+    "build": "edgeopt build samples/digits_cnn.onnx --device pixel-npu "
+             "--calib samples/digits_calib.npz --eval samples/digits_eval.npz -o dist/",
+    "convert": "edgeopt convert samples/digits_cnn.onnx -o digits_float.tflite",
+    "inspect": "edgeopt inspect samples/digits_cnn.keras --json",
+    "devices": "edgeopt devices --json",
+}
+
+
+def _example(name: str) -> str:
+    return f"\b\nExample:\n  {EXAMPLES[name]}"
+
+
+def _debug_requested(args: list[str]) -> bool:
+    return "--debug" in args or os.environ.get("EDGEOPT_DEBUG") == "1"
+
+
+def _fail(message: str, code: int) -> int:
+    click.echo(f"edgeopt: error: {message}", err=True)
+    return code
+
+
+class EdgeoptGroup(click.Group):
+    """Turns every user error into one `edgeopt: error:` line and exit status 2."""
+
+    def main(self, args=None, prog_name=None, standalone_mode=True, **extra):
+        args = list(sys.argv[1:] if args is None else args)
+        code = self._run(args, prog_name or "edgeopt", **extra)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def _run(self, args: list[str], prog_name: str, **extra) -> int:
+        debug = _debug_requested(args)
+        try:
+            result = super().main(args=args, prog_name=prog_name, standalone_mode=False,
+                                  **extra)
+        except click.exceptions.Exit as exc:
+            return exc.exit_code
+        except click.exceptions.Abort:
+            return _fail("interrupted", 130)
+        except click.ClickException as exc:
+            return _fail(exc.format_message().replace("\n", " "), 2)
+        except EdgeoptError as exc:
+            if debug:
+                traceback.print_exc()
+            return _fail(str(exc).replace("\n", " "), exc.exit_code)
+        except KeyboardInterrupt:
+            return _fail("interrupted", 130)
+        except Exception as exc:  # a bug: say so on one line; --debug shows where
+            if debug:
+                traceback.print_exc()
+            return _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug "
+                         "and report it)".replace("\n", " "), 1)
+        return result if isinstance(result, int) else 0
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON object on stdout and nothing else there.")(f)
+
+
+def emit_json(obj: dict) -> None:
+    click.echo(json.dumps(obj, indent=2, default=str))
+
+
+def progress_printer(as_json: bool):
+    if as_json:
+        return lambda _msg: None
+    return lambda msg: click.echo(f"• {msg}", err=True)
+
+
+@click.group(cls=EdgeoptGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="edgeopt")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def cli(debug: bool) -> None:
+    """Take a trained model to a phone or an embedded board, offline.
+
+    \b
+    edgeopt build model.onnx --device pixel-npu --calib images/ -o dist/
+    """
+
+
+# --- build ------------------------------------------------------------------------------
+
+def _floats(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}") from exc
+
+
+@cli.command(epilog=_example("build"))
+@click.argument("model", required=False)
+@click.option("--device", "-d", default=None, help="Device profile name or a profile .toml "
+              "(default host-cpu). See `edgeopt devices`.")
+@click.option("--calib", default=None, help="Calibration data: .npz, .npy, an image folder, "
+              "or 'random' (smoke tests only).")
+@click.option("--eval", "eval_data", default=None, help="Labelled or unlabelled evaluation "
+              "data; default: a held-back fifth of --calib.")
+@click.option("-o", "--output", default=None, help="Bundle folder to write (default dist).")
+@click.option("--format", "fmt", type=click.Choice(["tflite", "onnx"]), default=None,
+              help="Artifact format (default tflite).")
+@click.option("--scheme", type=click.Choice(["w8a8", "dynamic", "fp16", "float"]),
+              default=None, help="Quantization scheme (default: the device's precision).")
+@click.option("--mean", default=None, help="Image normalisation mean on 0..255 pixels, "
+              "per channel, e.g. 127.5 or 123.7,116.3,103.5.")
+@click.option("--std", default=None, help="Image normalisation std on 0..255 pixels "
+              "(default 255: a 0..1 scale).")
+@click.option("--config", "config_file", default=None, help="Read defaults from a config "
+              "file such as a bundle's edgeopt.toml.")
+@click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
+@json_option
+def build(model, device, calib, eval_data, output, fmt, scheme, mean, std, config_file,
+          dry_run, as_json):
+    """Compress, convert, quantize and validate MODEL, and write a bundle for a device."""
+    from edgeopt.config import read_config_file, resolve
+
+    file_values = read_config_file(config_file) if config_file else {}
+    config = resolve(file_values, {"model": model, "device": device, "calib": calib,
+                                   "eval": eval_data, "output": output, "format": fmt,
+                                   "scheme": scheme, "mean": _floats(mean),
+                                   "std": _floats(std)})
+    if dry_run:
+        if as_json:
+            emit_json({k: v for k, v in vars(config).items()})
+        else:
+            click.echo(config.to_toml(Path.cwd()), nl=False)
+        return
+    from edgeopt.pipeline import build as run_build
+    from edgeopt.quiet import library_output_to_log
+
+    with library_output_to_log():
+        result = run_build(config, progress_printer(as_json))
+    if as_json:
+        emit_json({"bundle": str(result.output), **result.manifest})
+    else:
+        click.echo(build_summary(result))
+
+
+def _size(n) -> str:
+    if n is None:
+        return "—"
+    return f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.2f} MiB"
+
+
+def build_summary(result) -> str:
+    m = result.manifest
+    acc, sizes = m["accuracy"], m["sizes"]
+    ratio = sizes["artifact_bytes"] / sizes["source_bytes"]
+
+    def fmt(v):
+        return "—" if v is None else f"{v:.4f}"
+
+    rows = [
+        ("bundle", f"{result.output}/  ({m['model']['file']}, manifest.json, report.html, "
+                   "edgeopt.toml)"),
+        ("device", f"{m['device']['name']} ({m['device']['kind']}, {m['device']['delegate']})"),
+        ("scheme", f"{m['recipe']['scheme']}: {m['recipe']['method']}"),
+        ("size", f"{_size(sizes['source_bytes'])} -> {_size(sizes['artifact_bytes'])} "
+                 f"({ratio:.2f}x)"),
+        (acc["metric"], f"float {fmt(acc['reference'])} -> {fmt(acc['value'])} "
+                        f"(delta {fmt(acc['delta'])})"),
+        ("validated", f"{m['validation']['samples']} samples, {m['validation']['runtime']}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += [f"{'note'.ljust(width)}  {n}" for n in m["notes"]]
+    return "\n".join(lines)
+
+
+# --- convert ----------------------------------------------------------------------------
+
+@cli.command(epilog=_example("convert"))
+@click.argument("model")
+@click.option("-o", "--output", required=True, help="The float .tflite file to write.")
+@click.option("--calib", default="random", help="Sample inputs for the parity check "
+              "(default: random inputs).")
+@json_option
+def convert(model, output, calib, as_json):
+    """Convert MODEL to a float .tflite and check it against the source."""
+    from edgeopt.convert import convert_to_file
+    from edgeopt.quiet import library_output_to_log
+
+    with library_output_to_log():
+        record = convert_to_file(model, Path(output), calib, progress_printer(as_json))
+    if as_json:
+        emit_json(record)
+    else:
+        p = record["parity"]
+        click.echo(f"wrote {output} ({_size(record['size_bytes'])}) with {record['converter']}; "
+                   f"parity on {p['samples']} samples: max abs {p['max_abs']:.3g}, "
+                   f"cosine {p['cosine']:.6f}")
+
+
+# --- inspect ----------------------------------------------------------------------------
+
+@cli.command(epilog=_example("inspect"))
+@click.argument("model")
+@json_option
+def inspect(model, as_json):
+    """Format, inputs and outputs, op histogram, parameters, MACs and size of MODEL."""
+    from edgeopt.inspect import inspect_model, render_inspection
+
+    from edgeopt.quiet import library_output_to_log
+
+    with library_output_to_log():
+        record = inspect_model(model)
+    click.echo(json.dumps(record, indent=2) if as_json else render_inspection(record))
+
+
+# --- devices ----------------------------------------------------------------------------
+
+@cli.command(epilog=_example("devices"))
+@json_option
+def devices(as_json):
+    """List the device profiles edgeopt ships."""
+    from edgeopt.devices.profile import all_profiles
+
+    profiles = [p.summary() for p in all_profiles()]
+    if as_json:
+        emit_json({"devices": profiles})
+        return
+    header = ("name", "kind", "delegate", "precision", "io", "formats")
+    rows = [(p["name"], p["kind"], p["delegate"], p["precision"], p["io_dtype"],
+             ",".join(p["formats"])) for p in profiles]
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def main() -> None:
+    cli.main(prog_name="edgeopt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""`edgeopt convert`: any supported model -> float `.tflite`, checked for parity."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from edgeopt.bundle import write_file_atomic
+from edgeopt.converters.parity import check_parity
+from edgeopt.data import load_dataset
+from edgeopt.errors import ConversionError
+from edgeopt.model import load_model
+from edgeopt.runtime import LayoutAdapter, TFLiteRunner, make_runner, run_dataset
+
+PARITY_SAMPLES = 16
+
+
+def convert_to_file(model: str, output: Path, samples: str = "random",
+                    progress=lambda _msg: None) -> dict:
+    """Convert `model` to a float `.tflite` at `output`; returns the conversion record."""
+    from edgeopt.converters.float_tflite import to_float_tflite
+
+    if output.is_dir():
+        raise ConversionError(f"output {output} is a folder; give a .tflite file name")
+    handle = load_model(model)
+    if handle.format == "tflite":
+        raise ConversionError(f"{model} already is a .tflite model")
+    data = load_dataset(samples, handle.inputs, role="sample")
+    data = data.take(slice(0, PARITY_SAMPLES))
+    progress(f"running the {handle.format} model on {data.count} samples")
+    reference = run_dataset(make_runner(handle), data.arrays)
+    with tempfile.TemporaryDirectory(prefix="edgeopt-convert-") as tmp:
+        progress("converting to float .tflite")
+        conv = to_float_tflite(handle, Path(tmp), data.arrays)
+    runner = LayoutAdapter(TFLiteRunner(conv.tflite, [s.name for s in handle.inputs]),
+                           conv.input_perms, conv.output_perms)
+    parity = check_parity(reference, run_dataset(runner, data.arrays), conv.converter)
+    write_file_atomic(output, conv.tflite)
+    return {"model": str(handle.path), "output": str(output), "converter": conv.converter,
+            "size_bytes": len(conv.tflite), "parity": parity.to_json(),
+            "parity_data": data.source}

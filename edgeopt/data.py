@@ -1,0 +1,285 @@
+"""Calibration and evaluation data: `.npz`, `.npy`, a folder of images, or `random`.
+
+    >>> data = load_dataset("samples/digits_eval.npz", handle.inputs)
+    >>> data.count, data.labels is not None
+    (400, True)
+
+Arrays are taken in the source model's layout; a 4-D array in the other image layout
+(NHWC for an NCHW input, or the reverse) is transposed and the manifest says so.
+Images are resized to the input and normalised as (pixel - mean) / std on 0..255 values,
+the convention of TFLite metadata; the default mean 0, std 255 gives a 0..1 scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.errors import DataError
+from edgeopt.model import TensorSpec
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+RANDOM_SAMPLES = 32
+NHWC_TO_NCHW = (0, 3, 1, 2)
+NCHW_TO_NHWC = (0, 2, 3, 1)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How images become input tensors; recorded in the manifest for the app to repeat."""
+
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (255.0,)
+
+    def __post_init__(self):
+        if any(s == 0 for s in self.std):
+            raise DataError("--std must not be 0")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    arrays: dict[str, np.ndarray]
+    labels: np.ndarray | None
+    source: str
+    representative: bool = True
+    notes: tuple[str, ...] = ()
+    preprocessing: dict = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def take(self, indices) -> Dataset:
+        labels = None if self.labels is None else self.labels[indices]
+        return replace(self, arrays={k: v[indices] for k, v in self.arrays.items()},
+                       labels=labels)
+
+    def sample(self, i: int) -> dict[str, np.ndarray]:
+        """One sample with a batch dimension of 1."""
+        return {k: v[i:i + 1] for k, v in self.arrays.items()}
+
+
+def split_holdout(data: Dataset, fraction: float = 0.2) -> tuple[Dataset, Dataset]:
+    """Every k-th sample goes to evaluation, the rest to calibration (deterministic)."""
+    if data.count < 2:
+        raise DataError(f"{data.source} has {data.count} sample; give at least 2, or --eval")
+    step = max(2, round(1 / fraction))
+    held = np.arange(data.count) % step == step - 1
+    if not held.any():
+        held[-1] = True
+    return data.take(np.flatnonzero(~held)), data.take(np.flatnonzero(held))
+
+
+def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
+                 preprocessing: Preprocessing | None = None, role: str = "calibration",
+                 seed: int = 0) -> Dataset:
+    """Read `spec` (a path or `random`) into arrays that fit `inputs`."""
+    preprocessing = preprocessing or Preprocessing()
+    if spec == "random":
+        return _random_dataset(inputs, seed)
+    path = Path(spec)
+    if not path.exists():
+        raise DataError(f"{role} data not found: {spec}")
+    if path.is_dir():
+        arrays, labels, notes, prep = _load_image_folder(path, inputs, preprocessing)
+    elif path.suffix == ".npz":
+        arrays, labels = _load_npz(path, inputs)
+        notes, prep = (), {"source": "arrays"}
+    elif path.suffix == ".npy":
+        arrays, labels = {_single_input(inputs, path).name: _np_load(path)}, None
+        notes, prep = (), {"source": "arrays"}
+    else:
+        raise DataError(f"{role} data {spec}: expected a .npz, a .npy, a folder of "
+                        ".jpg/.png images, or 'random'")
+    fitted, layout_notes = _fit_arrays(arrays, inputs, str(path))
+    if labels is not None:
+        labels = _check_labels(labels, len(next(iter(fitted.values()))), str(path))
+    return Dataset(fitted, labels, str(path), True, tuple(notes) + layout_notes, prep)
+
+
+def _np_load(path: Path):
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise DataError(f"{path}: cannot read it without unpickling objects ({exc})") from exc
+    except (OSError, EOFError) as exc:
+        raise DataError(f"{path} is not a readable NumPy file: {exc}") from exc
+
+
+def _single_input(inputs, path: Path) -> TensorSpec:
+    if len(inputs) != 1:
+        names = ", ".join(i.name for i in inputs)
+        raise DataError(f"{path} holds one array but the model has {len(inputs)} inputs "
+                        f"({names}); use a .npz keyed by input name")
+    return inputs[0]
+
+
+def _load_npz(path: Path, inputs) -> tuple[dict, np.ndarray | None]:
+    archive = _np_load(path)
+    try:
+        contents = {key: archive[key] for key in archive.files}
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: cannot read its arrays ({exc})") from exc
+    labels = contents.pop("labels", None)
+    names = [spec.name for spec in inputs]
+    if all(name in contents for name in names):
+        return {name: contents[name] for name in names}, labels
+    if len(contents) == 1:
+        return {_single_input(inputs, path).name: next(iter(contents.values()))}, labels
+    missing = [n for n in names if n not in contents]
+    raise DataError(f"{path} has arrays {sorted(contents)} but no array for input(s) "
+                    f"{missing}; key the arrays by input name")
+
+
+def _check_labels(labels: np.ndarray, count: int, source: str) -> np.ndarray:
+    if labels.dtype.kind not in "iu" or labels.ndim != 1:
+        raise DataError(f"{source}: 'labels' must be a 1-D integer array of class indices, "
+                        f"got {labels.dtype} {labels.shape}")
+    if len(labels) != count:
+        raise DataError(f"{source}: {len(labels)} labels for {count} samples")
+    return labels.astype(np.int64)
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join("N" if i == 0 and d < 0 else ("?" if d < 0 else str(d))
+                           for i, d in enumerate(shape)) + ")"
+
+
+def _matches(shape: tuple, expected: tuple) -> bool:
+    return len(shape) == len(expected) and all(
+        e < 0 or s == e for s, e in zip(shape[1:], expected[1:]))
+
+
+def _fit_array(array: np.ndarray, spec: TensorSpec, source: str) -> tuple[np.ndarray, str]:
+    if array.ndim == 0 or len(array) == 0:
+        raise DataError(f"{source}: array for input '{spec.name}' is empty")
+    note = ""
+    if not _matches(array.shape, spec.shape):
+        for perm, text in ((NHWC_TO_NCHW, "NHWC to NCHW"), (NCHW_TO_NHWC, "NCHW to NHWC")):
+            if array.ndim == 4 and _matches(array.transpose(perm).shape, spec.shape):
+                array, note = array.transpose(perm), f"'{spec.name}' transposed {text}"
+                break
+        else:
+            raise DataError(f"{source}: array for input '{spec.name}' has shape "
+                            f"{tuple(array.shape)} but the model takes {_shape_text(spec.shape)}")
+    return _cast(array, spec, source), note
+
+
+def _cast(array: np.ndarray, spec: TensorSpec, source: str) -> np.ndarray:
+    want = np.dtype(spec.dtype)
+    kind = array.dtype.kind
+    if want.kind == "f":
+        if kind != "f":
+            raise DataError(
+                f"{source}: input '{spec.name}' takes {want.name} but the data is "
+                f"{array.dtype.name}; normalise it to floats first (or give an image folder "
+                "with --mean/--std)")
+        if not np.isfinite(array).all():
+            bad = int((~np.isfinite(array)).sum())
+            raise DataError(f"{source}: input '{spec.name}' has {bad} NaN/Inf values")
+    elif want.kind in "iub" and kind not in "iub":
+        raise DataError(f"{source}: input '{spec.name}' takes {want.name} but the data is "
+                        f"{array.dtype.name}")
+    return np.ascontiguousarray(array.astype(want, copy=False))
+
+
+def _fit_arrays(arrays: dict, inputs, source: str) -> tuple[dict, tuple[str, ...]]:
+    fitted, notes = {}, []
+    for spec in inputs:
+        fitted[spec.name], note = _fit_array(np.asarray(arrays[spec.name]), spec, source)
+        if note:
+            notes.append(note)
+    counts = {len(a) for a in fitted.values()}
+    if len(counts) > 1:
+        raise DataError(f"{source}: inputs have different sample counts {sorted(counts)}")
+    return fitted, tuple(notes)
+
+
+def _random_dataset(inputs, seed: int) -> Dataset:
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for spec in inputs:
+        shape = (RANDOM_SAMPLES,) + tuple(1 if d < 0 else d for d in spec.shape[1:])
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            arrays[spec.name] = rng.random(shape, dtype=np.float32).astype(dtype)
+        else:
+            arrays[spec.name] = rng.integers(0, 2, shape).astype(dtype)
+    return Dataset(arrays, None, "random", representative=False,
+                   notes=("random uniform [0, 1) inputs: not representative of real data",),
+                   preprocessing={"source": "random"})
+
+
+# --- images -----------------------------------------------------------------------------
+
+def image_layout(spec: TensorSpec) -> tuple[str, int, int, int]:
+    """(layout, height, width, channels) of a 4-D image input."""
+    if len(spec.shape) != 4:
+        raise DataError(f"an image folder needs a 4-D image input; '{spec.name}' is "
+                        f"{_shape_text(spec.shape)}")
+    _, a, b, c = spec.shape
+    if c in (1, 3):
+        layout, (h, w, ch) = "NHWC", (a, b, c)
+    elif a in (1, 3):
+        layout, (ch, h, w) = "NCHW", (a, b, c)
+    else:
+        raise DataError(f"input '{spec.name}' {_shape_text(spec.shape)} has no 1- or 3-channel "
+                        "axis; give .npz data instead of images")
+    if h <= 0 or w <= 0:
+        raise DataError(f"input '{spec.name}' has a dynamic image size; give .npz data")
+    return layout, h, w, ch
+
+
+def _image_files(folder: Path) -> tuple[list[Path], list[int] | None]:
+    subfolders = sorted(p for p in folder.iterdir() if p.is_dir())
+    if subfolders:
+        names = [p.name for p in subfolders]
+        order = sorted(names, key=int) if all(n.isdigit() for n in names) else names
+        files, labels = [], []
+        for name in order:
+            for f in sorted((folder / name).iterdir()):
+                if f.suffix.lower() in IMAGE_SUFFIXES:
+                    files.append(f)
+                    labels.append(int(name) if name.isdigit() else order.index(name))
+        return files, labels
+    files = sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+    return files, None
+
+
+def _read_image(path: Path, h: int, w: int, channels: int) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img = img.convert("L" if channels == 1 else "RGB").resize((w, h), Image.BILINEAR)
+            pixels = np.asarray(img, dtype=np.float32)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise DataError(f"cannot read image {path}: {exc}") from exc
+    return pixels[..., None] if channels == 1 else pixels
+
+
+def _load_image_folder(folder: Path, inputs, prep: Preprocessing):
+    spec = _single_input(inputs, folder)
+    layout, h, w, ch = image_layout(spec)
+    files, labels = _image_files(folder)
+    if not files:
+        raise DataError(f"{folder} holds no .jpg or .png images")
+    for name, values in (("mean", prep.mean), ("std", prep.std)):
+        if len(values) not in (1, ch):
+            raise DataError(f"--{name} has {len(values)} values; input '{spec.name}' has "
+                            f"{ch} channel(s)")
+    images = np.stack([_read_image(f, h, w, ch) for f in files])
+    if np.dtype(spec.dtype).kind == "f":
+        images = (images - np.asarray(prep.mean, np.float32)) / np.asarray(prep.std, np.float32)
+    else:  # an integer-input model takes raw pixels; its own input quantization normalises
+        images = images.round().astype(spec.dtype)
+        prep = Preprocessing(mean=(0.0,), std=(1.0,))
+    if layout == "NCHW":
+        images = images.transpose(NHWC_TO_NCHW)
+    record = {"source": "images", "resize": [h, w], "color": "grayscale" if ch == 1 else "rgb",
+              "layout": layout, "mean": list(prep.mean), "std": list(prep.std),
+              "pixel_range": [0, 255]}
+    label_array = None if labels is None else np.asarray(labels, np.int64)
+    return {spec.name: images}, label_array, (f"{len(files)} images from {folder}",), record

@@ -1,0 +1,280 @@
+"""Load a model safely and read its signature: the `ModelHandle` every stage passes on.
+
+    >>> handle = load_model("samples/digits_cnn.onnx")
+    >>> handle.format, handle.inputs[0].shape
+    ('onnx', (-1, 1, 32, 32))
+
+The format is told from the content, not the file name: TFLite files carry `TFL3` at
+byte 4, `.keras` archives are zips with `config.json`, SavedModels are folders with
+`saved_model.pb`, and ONNX is a protobuf that must parse and pass the checker.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeopt.errors import ModelLoadError
+
+FORMATS = ("onnx", "keras", "saved_model", "tflite")
+
+# ONNX TensorProto element types -> numpy dtype names.
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+                7: "int64", 8: "string", 9: "bool", 10: "float16", 11: "float64",
+                12: "uint32", 13: "uint64", 16: "bfloat16"}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output; -1 marks a dynamic dimension."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    quantization: tuple[float, int] | None = None
+
+    def to_json(self) -> dict:
+        quant = None
+        if self.quantization is not None:
+            quant = {"scale": self.quantization[0], "zero_point": self.quantization[1]}
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                "quantization": quant}
+
+
+@dataclass(frozen=True)
+class ModelHandle:
+    path: Path
+    format: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def size_bytes(self) -> int:
+        return path_size(self.path)
+
+    @property
+    def stem(self) -> str:
+        return self.path.name.split(".")[0] or "model"
+
+
+def path_size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def detect_format(path: Path) -> str:
+    """Tell the format from the content; raise ModelLoadError for anything else."""
+    if not path.exists():
+        raise ModelLoadError(f"model not found: {path}")
+    if path.is_dir():
+        if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
+            return "saved_model"
+        raise ModelLoadError(f"{path} is a folder but not a SavedModel (no saved_model.pb)")
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror}") from exc
+    if len(head) < 8:
+        raise ModelLoadError(f"{path} is empty or truncated ({len(head)} bytes)")
+    if head[4:8] == b"TFL3":
+        return "tflite"
+    if head.startswith(b"PK\x03\x04"):
+        return "keras"
+    if head.startswith(b"\x89HDF"):
+        raise ModelLoadError(
+            f"{path} is a legacy HDF5 Keras file; re-save it as .keras (model.save('m.keras'))")
+    return "onnx"
+
+
+def load_model(path: str | os.PathLike) -> ModelHandle:
+    """Detect the format, check the file is sound and safe, and read its signature."""
+    path = Path(path)
+    fmt = detect_format(path)
+    reader = {"onnx": _onnx_signature, "tflite": _tflite_signature,
+              "keras": _keras_signature, "saved_model": _saved_model_signature}[fmt]
+    inputs, outputs = reader(path)
+    if not inputs or not outputs:
+        raise ModelLoadError(f"{path}: the model declares no inputs or no outputs")
+    return ModelHandle(path=path, format=fmt, inputs=tuple(inputs), outputs=tuple(outputs))
+
+
+# --- ONNX -------------------------------------------------------------------------------
+
+def check_external_data(model, folder: Path) -> None:
+    """Refuse external-data locations that leave the model's folder (absolute, `..`, links)."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    root = folder.resolve()
+    for tensor in _get_all_tensors(model):
+        if not uses_external_data(tensor):
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        target = (folder / location).resolve()
+        if os.path.isabs(location) or not target.is_relative_to(root) or target == root:
+            raise ModelLoadError(
+                f"tensor '{tensor.name}' stores its data at '{location}', outside the model's "
+                f"folder {folder}; refusing to read it")
+        if not target.is_file():
+            raise ModelLoadError(f"tensor '{tensor.name}': external data file '{location}' "
+                                 "is missing")
+
+
+def load_onnx_proto(path: Path, with_data: bool = True):
+    """Parse and check an ONNX file; external data only from inside its own folder."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, OSError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(
+            f"{path} is not a model edgeopt can read (not TFLite, Keras, SavedModel, "
+            f"and it does not parse as ONNX: {str(exc).splitlines()[0] if str(exc) else 'bad protobuf'})"
+        ) from exc
+    if not model.graph.node or not model.opset_import or model.ir_version <= 0:
+        raise ModelLoadError(f"{path} is not a model edgeopt can read (not TFLite, Keras, "
+                             "SavedModel, and not a complete ONNX graph)")
+    check_external_data(model, path.parent)
+    try:
+        onnx.checker.check_model(str(path))
+    except Exception as exc:  # the checker raises several private error types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"{path} is not a valid ONNX model: {first}") from exc
+    if with_data:
+        from onnx.external_data_helper import load_external_data_for_model
+        load_external_data_for_model(model, str(path.parent))
+    return model
+
+
+def _onnx_value_spec(value) -> TensorSpec:
+    ttype = value.type.tensor_type
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in ttype.shape.dim)
+    return TensorSpec(value.name, dims, _ONNX_DTYPES.get(ttype.elem_type, "unknown"))
+
+
+def _onnx_signature(path: Path):
+    model = load_onnx_proto(path, with_data=False)
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [_onnx_value_spec(v) for v in model.graph.input if v.name not in initializers]
+    return inputs, [_onnx_value_spec(v) for v in model.graph.output]
+
+
+# --- TFLite -----------------------------------------------------------------------------
+
+def tflite_interpreter(path_or_bytes: Path | bytes, num_threads: int | None = None):
+    """A LiteRT interpreter with tensors allocated; bad flatbuffers become ModelLoadError."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    source = (
+        {"model_content": bytes(path_or_bytes)} if isinstance(path_or_bytes, (bytes, bytearray))
+        else {"model_path": str(path_or_bytes)}
+    )
+    try:
+        interpreter = Interpreter(**source, num_threads=num_threads)
+        interpreter.allocate_tensors()
+    except (ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+        raise ModelLoadError(f"LiteRT cannot load the model: {first}") from exc
+    return interpreter
+
+
+def _tflite_spec(detail: dict) -> TensorSpec:
+    import numpy as np
+
+    # The concrete shape, except dimensions past the batch that really are dynamic.
+    signature = detail.get("shape_signature", detail["shape"])
+    shape = tuple(int(s) if i > 0 and s < 0 else int(d)
+                  for i, (s, d) in enumerate(zip(signature, detail["shape"])))
+    scale, zero_point = detail["quantization"]
+    quant = (float(scale), int(zero_point)) if scale else None
+    return TensorSpec(detail["name"], shape, np.dtype(detail["dtype"]).name, quant)
+
+
+def _tflite_signature(path: Path):
+    _check_tflite_buffer(path)
+    interpreter = tflite_interpreter(path)
+    return ([_tflite_spec(d) for d in interpreter.get_input_details()],
+            [_tflite_spec(d) for d in interpreter.get_output_details()])
+
+
+def _check_tflite_buffer(path: Path) -> None:
+    """Verify the flatbuffer before LiteRT maps it: a corrupt file must not crash the process."""
+    from edgeopt.tflite_reader import read_tflite
+
+    read_tflite(path)
+
+
+# --- Keras and SavedModel ---------------------------------------------------------------
+
+def _check_keras_archive(path: Path) -> None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise ModelLoadError(f"{path} is not a readable .keras archive: {exc}") from exc
+    if bad is not None:
+        raise ModelLoadError(f"{path}: archive member '{bad}' is corrupt")
+    if "config.json" not in names:
+        raise ModelLoadError(f"{path} is a zip but not a Keras model (no config.json)")
+    for name in names:
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise ModelLoadError(f"{path}: archive member '{name}' points outside the archive")
+
+
+def load_keras(path: Path):
+    """Keras 3 in safe mode: no Lambda code, no pickled objects."""
+    _check_keras_archive(path)
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import keras
+
+    try:
+        return keras.saving.load_model(str(path), safe_mode=True, compile=False)
+    except Exception as exc:  # Keras raises ValueError, TypeError, KeyError... for bad archives
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"Keras cannot load {path} in safe mode: {first}") from exc
+
+
+def _keras_specs(tensors) -> list[TensorSpec]:
+    return [TensorSpec(t.name, tuple(-1 if d is None else int(d) for d in t.shape),
+                       str(t.dtype).replace("tf.", "")) for t in tensors]
+
+
+def _keras_signature(path: Path):
+    model = load_keras(path)
+    return _keras_specs(model.inputs), _keras_specs(model.outputs)
+
+
+def saved_model_signature_fn(path: Path):
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import tensorflow as tf
+
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as exc:  # TF raises many error types for a corrupt SavedModel
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"TensorFlow cannot load the SavedModel {path}: {first}") from exc
+    signature = loaded.signatures.get("serving_default")
+    if signature is None:
+        raise ModelLoadError(f"SavedModel {path} has no 'serving_default' signature")
+    return loaded, signature
+
+
+def _tf_specs(specs: dict) -> list[TensorSpec]:
+    return [TensorSpec(name, tuple(-1 if d is None else int(d) for d in spec.shape),
+                       spec.dtype.name) for name, spec in specs.items()]
+
+
+def _saved_model_signature(path: Path):
+    _, signature = saved_model_signature_fn(path)
+    inputs = _tf_specs(signature.structured_input_signature[1])
+    return inputs, _tf_specs(signature.structured_outputs)

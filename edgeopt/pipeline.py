@@ -1,0 +1,284 @@
+"""`edgeopt build`: load -> convert -> quantize -> validate -> bundle.
+
+    >>> result = build(BuildConfig(model="samples/digits_cnn.keras", device="pixel-npu",
+    ...                            calib="samples/digits_calib.npz", output="dist"))
+    >>> result.manifest["accuracy"]["metric"]
+    'top1_accuracy'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import tempfile
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from edgeopt.bundle import MANIFEST, check_destination, manifest_bytes, write_bundle
+from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
+from edgeopt.config import BuildConfig
+from edgeopt.data import Dataset, Preprocessing, load_dataset, split_holdout
+from edgeopt.devices.profile import DeviceProfile, load_profile
+from edgeopt.errors import ConfigError, ConversionError, DataError
+from edgeopt.model import ModelHandle, TensorSpec, load_model
+from edgeopt.report import render_report
+from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
+from edgeopt.validate import Validation, compare
+
+SCHEMA_VERSION = 1
+TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
+             "onnxruntime", "onnx2tf", "numpy")
+PENDING_PLACEMENT = "per-op placement is computed by the delegates stage (not yet built)"
+PENDING_ESTIMATE = "latency and energy estimates come with the devices stage (not yet built)"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    content: bytes
+    format: str
+    method: str
+    runner: object
+    conversion: dict
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    output: Path
+    manifest: dict
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def resolve_scheme(config: BuildConfig, profile: DeviceProfile) -> str:
+    scheme = config.scheme or PRECISION_TO_SCHEME[profile.precision]
+    check_scheme(scheme, config.format)
+    if config.format not in profile.formats:
+        raise ConfigError(f"device {profile.name} does not run .{config.format} models "
+                          f"(it runs: {', '.join('.' + f for f in profile.formats)})")
+    if profile.kind in ("npu", "tpu") and scheme != "w8a8" and profile.precision == "int8":
+        raise ConfigError(f"device {profile.name} runs full-integer models only; scheme "
+                          f"'{scheme}' would fall back to its CPU (use --scheme w8a8)")
+    return scheme
+
+
+def load_data(config: BuildConfig, handle: ModelHandle) -> tuple[Dataset, Dataset]:
+    if config.calib is None:
+        raise DataError("no calibration data: pass --calib PATH (.npz, .npy or an image "
+                        "folder), or --calib random for a smoke test whose accuracy "
+                        "figures mean nothing")
+    prep = Preprocessing(mean=config.mean or (0.0,), std=config.std or (255.0,))
+    calib = load_dataset(config.calib, handle.inputs, prep, "calibration", config.seed)
+    if config.eval is not None:
+        evaluation = load_dataset(config.eval, handle.inputs, prep, "evaluation", config.seed)
+        return calib, evaluation
+    return split_holdout(calib, config.eval_fraction)
+
+
+def _permuted(arrays: dict[str, np.ndarray], perms: dict) -> dict[str, np.ndarray]:
+    return {k: (np.ascontiguousarray(v.transpose(perms[k])) if k in perms else v)
+            for k, v in arrays.items()}
+
+
+def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, reference,
+                     workdir, keras_model, progress) -> Artifact:
+    from edgeopt.converters.float_tflite import to_float_tflite
+    from edgeopt.converters.parity import check_parity
+
+    progress("converting to float .tflite")
+    samples = {k: v[:config.parity_samples] for k, v in calib.arrays.items()}
+    conv = to_float_tflite(handle, workdir, samples, keras_model)
+    names = [s.name for s in handle.inputs]
+
+    def runner_for(content: bytes):
+        return LayoutAdapter(TFLiteRunner(content, names), conv.input_perms, conv.output_perms)
+
+    conversion = {"converter": conv.converter, "float_tflite_bytes": len(conv.tflite),
+                  "input_layout_changes": {k: list(v) for k, v in conv.input_perms.items()}}
+    if conv.tf_source is not None:
+        count = min(config.parity_samples, evaluation.count)
+        float_out = run_dataset(runner_for(conv.tflite), evaluation.take(np.arange(count)).arrays)
+        parity = check_parity([r[:count] for r in reference], float_out, conv.converter)
+        conversion["parity"] = parity.to_json()
+    else:
+        conversion["note"] = "input was already a float .tflite: no conversion"
+    progress(f"quantizing ({scheme})")
+    content, method = _quantize_tflite(conv, scheme, profile, calib)
+    return Artifact(content, "tflite", method, runner_for(content), conversion)
+
+
+def _quantize_tflite(conv, scheme: str, profile: DeviceProfile, calib: Dataset):
+    from edgeopt.calibration import tflite_aeq, tflite_converter
+
+    if scheme == "float":
+        return conv.tflite, "none"
+    arrays = _permuted(calib.arrays, conv.input_perms)
+    if conv.tf_source is None:
+        if scheme == "w8a8":
+            return (tflite_aeq.full_integer(conv.tflite, arrays, profile.io_dtype),
+                    "ai-edge-quantizer min-max (static, int8 per-channel weights)")
+        raise ConversionError(f"scheme '{scheme}' from a .tflite input is not supported yet; "
+                              "give the source model (.keras, SavedModel or .onnx)")
+    if scheme == "w8a8":
+        return (tflite_converter.full_integer(conv.tf_source, arrays, profile.io_dtype),
+                "TFLite converter min-max (int8 per-channel weights, int8 activations)")
+    if scheme == "fp16":
+        return tflite_converter.float16(conv.tf_source), "TFLite converter float16 weights"
+    return tflite_converter.dynamic_range(conv.tf_source), "TFLite converter dynamic range"
+
+
+def _onnx_artifact(handle, scheme, calib, workdir, progress) -> Artifact:
+    from edgeopt.calibration import onnx_static
+
+    if handle.format != "onnx":
+        raise ConfigError("--format onnx needs an .onnx input model")
+    progress(f"quantizing ({scheme}) with onnxruntime")
+    out = workdir / "artifact.onnx"
+    if scheme == "w8a8":
+        onnx_static.qdq_int8(handle.path, out, calib.arrays)
+        method = "onnxruntime quantize_static MinMax (QDQ, int8 per-channel weights)"
+    elif scheme == "dynamic":
+        onnx_static.dynamic_int8(handle.path, out)
+        method = "onnxruntime quantize_dynamic (int8 per-channel weights)"
+    elif scheme == "fp16":
+        onnx_static.float16(handle.path, out)
+        method = "onnxruntime float16 conversion"
+    else:
+        out.write_bytes(handle.path.read_bytes())
+        method = "none"
+    content = out.read_bytes()
+    return Artifact(content, "onnx", method, OnnxRunner(content),
+                    {"converter": "none (ONNX stays ONNX)",
+                     "note": "ONNX target: no format conversion"})
+
+
+def _artifact_specs(artifact: Artifact, workdir: Path) -> ModelHandle:
+    path = workdir / f"check.{artifact.format}"
+    path.write_bytes(artifact.content)
+    return load_model(path)
+
+
+def _toolchain() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in TOOLCHAIN:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def _data_record(config: BuildConfig, calib: Dataset, evaluation: Dataset) -> dict:
+    return {"calibration": calib.source, "calibration_samples": calib.count,
+            "evaluation": evaluation.source if config.eval else f"held back from {calib.source}",
+            "evaluation_samples": evaluation.count, "labels": evaluation.labels is not None,
+            "representative": calib.representative,
+            "layout_notes": list(calib.notes + evaluation.notes)}
+
+
+def _preprocessing(config: BuildConfig, calib: Dataset) -> dict:
+    record = dict(calib.preprocessing)
+    if record.get("source") == "arrays" and (config.mean or config.std):
+        record["app_normalization"] = {"mean": list(config.mean or (0.0,)),
+                                       "std": list(config.std or (1.0,))}
+    return record
+
+
+def _manifest(config, profile, handle, artifact, specs, validation: Validation,
+              calib, evaluation) -> dict:
+    file_name = f"{handle.stem}.{artifact.format}"
+    notes = []
+    if not calib.representative:
+        notes.append("calibrated on random data (--calib random): the accuracy figures are "
+                     "not representative; rebuild with real samples before shipping")
+    parity = artifact.conversion.get("parity")
+    if parity and parity["warning"]:
+        notes.append(f"float conversion differs from the source (cosine {parity['cosine']:.6f})")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": {"file": file_name, "format": artifact.format,
+                  "sha256": hashlib.sha256(artifact.content).hexdigest(),
+                  "size_bytes": len(artifact.content)},
+        "inputs": _io_records(specs.inputs, handle.inputs),
+        "outputs": _io_records(specs.outputs, handle.outputs),
+        "device": {"name": profile.name, "kind": profile.kind, "delegate": profile.delegate,
+                   "description": profile.description},
+        "recipe": {"scheme": config.scheme, "method": artifact.method,
+                   "io_dtype": _io_dtype(specs.inputs)},
+        "accuracy": validation.accuracy_json(),
+        "validation": {**validation.to_json(), "runtime": _where(artifact)},
+        "placement": None, "placement_note": PENDING_PLACEMENT,
+        "estimate": None, "estimate_note": PENDING_ESTIMATE,
+        "conversion": artifact.conversion,
+        "sizes": {"source_bytes": handle.size_bytes, "float_tflite_bytes":
+                  artifact.conversion.get("float_tflite_bytes"),
+                  "artifact_bytes": len(artifact.content)},
+        "source": {"file": handle.path.name, "format": handle.format},
+        "data": _data_record(config, calib, evaluation),
+        "preprocessing": _preprocessing(config, calib),
+        "notes": notes,
+        "toolchain": _toolchain(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _io_records(artifact_specs, source_specs) -> list[dict]:
+    """Artifact IO under the source model's names, with the runtime's own tensor names."""
+    records = []
+    for index, (spec, source) in enumerate(zip(artifact_specs, source_specs)):
+        record = spec.to_json()
+        records.append({"name": source.name, "tensor_name": record.pop("name"),
+                        "index": index, **record})
+    return records
+
+
+def _io_dtype(inputs: tuple[TensorSpec, ...]) -> str:
+    return inputs[0].dtype if inputs else "float32"
+
+
+def _where(artifact: Artifact) -> str:
+    return f"host {platform.machine()}, {artifact.runner.label}"
+
+
+def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
+    """Run the pipeline and write the bundle; raises EdgeoptError for bad input."""
+    profile = load_profile(config.device)
+    output = Path(config.output)
+    check_destination(output)
+    handle = load_model(config.model)
+    config = replace(config, scheme=resolve_scheme(config, profile))
+    calib, evaluation = load_data(config, handle)
+    keras_model = None
+    if handle.format == "keras":
+        from edgeopt.model import load_keras
+        keras_model = load_keras(handle.path)
+    progress(f"running the float {handle.format} model on {evaluation.count} samples")
+    reference = run_dataset(make_runner(handle, keras_model=keras_model), evaluation.arrays)
+    with tempfile.TemporaryDirectory(prefix="edgeopt-build-") as tmp:
+        workdir = Path(tmp)
+        if config.format == "tflite":
+            artifact = _tflite_artifact(handle, config, config.scheme, profile, calib,
+                                        evaluation, reference, workdir, keras_model, progress)
+        else:
+            artifact = _onnx_artifact(handle, config.scheme, calib, workdir, progress)
+        progress(f"validating in {artifact.runner.label}")
+        validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
+                             evaluation.labels)
+        specs = _artifact_specs(artifact, workdir)
+    manifest = _manifest(config, profile, handle, artifact, specs, validation, calib,
+                         evaluation)
+    files = {manifest["model"]["file"]: artifact.content, MANIFEST: manifest_bytes(manifest),
+             "report.html": render_report(manifest).encode(),
+             "edgeopt.toml": config.to_toml(output).encode()}
+    progress(f"writing {output}")
+    write_bundle(output, files)
+    return BuildResult(output, manifest)

@@ -1,0 +1,60 @@
+"""Keep framework chatter off the user's terminal and off stdout.
+
+TensorFlow, LiteRT and onnx2tf print from C++ and Python straight to file descriptors 1
+and 2. While edgeopt works, both descriptors point at a log file; edgeopt's own
+progress and results go to the original terminal streams through `sys.stdout` and
+`sys.stderr`. `--json` therefore prints one JSON object on stdout and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import warnings
+
+
+@contextlib.contextmanager
+def library_output_to_log():
+    """Point fds 1 and 2 at a log file; Python's sys.stdout/err keep the real streams."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        saved = os.dup(1), os.dup(2)
+    except OSError:  # no real descriptors (embedded use): nothing to redirect
+        yield None
+        return
+    log = tempfile.NamedTemporaryFile(prefix="edgeopt-", suffix=".log", delete=False)
+    streams = sys.stdout, sys.stderr
+    sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(saved[0]), "wb"), line_buffering=True)
+    sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved[1]), "wb"), line_buffering=True)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield log.name
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        sys.stdout.close()
+        sys.stderr.close()
+        sys.stdout, sys.stderr = streams
+        log.close()
+        if not os.environ.get("EDGEOPT_KEEP_LOG"):
+            os.unlink(log.name)
+
+
+@contextlib.contextmanager
+def captured_prints():
+    """Swallow Python-level prints and warnings of a noisy library; yields the text."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield buffer

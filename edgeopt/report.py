@@ -1,0 +1,155 @@
+"""`report.html`: one self-contained page (inline CSS and SVG, no network) per bundle."""
+
+from __future__ import annotations
+
+import html
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d232b;
+background:#f5f6f8}
+header{background:#18324a;color:#fff;padding:18px 28px}header h1{margin:0;font-size:20px}
+header p{margin:4px 0 0;opacity:.8}main{padding:20px 28px;max-width:1100px}
+section{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:14px 18px;
+margin:0 0 16px}h2{font-size:16px;margin:0 0 10px}
+.cards{display:flex;flex-wrap:wrap;gap:12px}.card{flex:1 1 180px;border:1px solid #dde1e6;
+border-radius:6px;padding:10px 12px}.card b{display:block;font-size:20px}
+.card span{color:#5b6672;font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #eceef1;
+padding:5px 8px;text-align:left;vertical-align:top}th{color:#5b6672;font-weight:600}
+.warn{background:#fff4e0;border-color:#f0c36d}.muted{color:#5b6672}
+code{background:#eef1f4;padding:1px 4px;border-radius:3px}
+"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _num(value, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _table(rows: list[tuple]) -> str:
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table>{body}</table>"
+
+
+def _card(label: str, value: str, detail: str = "") -> str:
+    return f'<div class="card"><span>{_e(label)}</span><b>{value}</b>{_e(detail)}</div>'
+
+
+def _size_chart(before: int, after: int) -> str:
+    """Two horizontal bars, source vs artifact, as inline SVG."""
+    width = 520
+    scale = width / max(before, after, 1)
+    bars = []
+    for i, (label, value, colour) in enumerate((("source", before, "#8da4bb"),
+                                                 ("artifact", after, "#2f7d5b"))):
+        y = 8 + i * 30
+        bars.append(f'<text x="0" y="{y + 15}" font-size="12">{label}</text>'
+                    f'<rect x="70" y="{y}" width="{max(value * scale, 1):.1f}" height="20" '
+                    f'fill="{colour}"/><text x="{75 + value * scale:.1f}" y="{y + 15}" '
+                    f'font-size="12">{_e(_size(value))}</text>')
+    return (f'<svg role="img" aria-label="model size" width="{width + 160}" height="70">'
+            + "".join(bars) + "</svg>")
+
+
+def _summary(m: dict) -> str:
+    acc = m["accuracy"]
+    sizes = m["sizes"]
+    ratio = sizes["artifact_bytes"] / sizes["source_bytes"] if sizes["source_bytes"] else None
+    delta = acc.get("delta")
+    cards = [
+        _card("device", _e(m["device"]["name"]), m["device"]["description"]),
+        _card("artifact", _e(_size(sizes["artifact_bytes"])),
+              f"{ratio:.2f}× the source" if ratio else ""),
+        _card(acc["metric"], _e(_num(acc["value"])),
+              f"float {_num(acc['reference'])}, delta {_num(delta)}"),
+        _card("scheme", _e(m["recipe"]["scheme"]), m["recipe"]["method"]),
+    ]
+    return f'<section><h2>Summary</h2><div class="cards">{"".join(cards)}</div>' \
+           f'{_size_chart(sizes["source_bytes"], sizes["artifact_bytes"])}</section>'
+
+
+def _notes(m: dict) -> str:
+    notes = m.get("notes") or []
+    if not notes:
+        return ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return f'<section class="warn"><h2>Read this</h2><ul>{items}</ul></section>'
+
+
+def _io_rows(tensors: list[dict]) -> list[tuple]:
+    rows = []
+    for t in tensors:
+        q = t["quantization"]
+        quant = "float" if q is None else f"scale {q['scale']:.6g}, zero point {q['zero_point']}"
+        rows.append((f"<code>{_e(t['name'])}</code>", _e(t["shape"]), _e(t["dtype"]), _e(quant)))
+    return rows
+
+
+def _validation(m: dict) -> str:
+    v = m["validation"]
+    rows = [("samples", v["samples"]), ("runtime", _e(v["runtime"])),
+            ("top-1 agreement with float", _num(v["top1_agreement"])),
+            ("output SQNR (dB)", _num(v["sqnr_db"])), ("cosine", _num(v["cosine"], 6)),
+            ("max abs error", _num(v["max_abs"]))]
+    return f"<section><h2>Validation</h2>{_table(rows)}</section>"
+
+
+def _conversion(m: dict) -> str:
+    c = m["conversion"]
+    parity = c.get("parity")
+    rows = [("converter", _e(c["converter"]))]
+    if parity:
+        rows += [("parity samples", parity["samples"]), ("max abs", _num(parity["max_abs"])),
+                 ("cosine", _num(parity["cosine"], 8))]
+    else:
+        rows.append(("parity", _e(c.get("note", "not applicable"))))
+    return f"<section><h2>Conversion</h2>{_table(rows)}</section>"
+
+
+def _pending(m: dict) -> str:
+    rows = []
+    for key in ("placement", "estimate"):
+        value = m.get(key)
+        shown = _e(value) if value is not None else f'<span class="muted">{_e(m.get(key + "_note", ""))}</span>'
+        rows.append((key, shown))
+    return f"<section><h2>Placement and estimate</h2>{_table(rows)}</section>"
+
+
+def _data(m: dict) -> str:
+    d = m["data"]
+    rows = [(k.replace("_", " "), _e(v)) for k, v in d.items()]
+    return f"<section><h2>Data</h2>{_table(rows)}</section>"
+
+
+def render_report(manifest: dict) -> str:
+    """The HTML page for one bundle, from its manifest."""
+    m = manifest
+    io = ("<section><h2>Inputs and outputs</h2><h3>inputs</h3>" + _table(_io_rows(m["inputs"]))
+          + "<h3>outputs</h3>" + _table(_io_rows(m["outputs"])) + "</section>")
+    tools = _table([(f"<code>{_e(k)}</code>", _e(v)) for k, v in m["toolchain"].items()])
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>edgeopt report: {_e(m['model']['file'])}</title><style>{_CSS}</style></head>"
+        f"<body><header><h1>{_e(m['model']['file'])} for {_e(m['device']['name'])}</h1>"
+        f"<p>built {_e(m['created'])} by edgeopt {_e(m['toolchain'].get('edgeopt', ''))}</p>"
+        f"</header><main>{_notes(m)}{_summary(m)}{_validation(m)}{_conversion(m)}{io}"
+        f"{_data(m)}{_pending(m)}<section><h2>Toolchain</h2>{tools}</section>"
+        "</main></body></html>\n"
+    )
