@@ -100,6 +100,10 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
 
 
 def _np_load(path: Path):
+    with path.open("rb") as f:
+        magic = f.read(6)
+    if not (magic.startswith(b"PK\x03\x04") or magic == b"\x93NUMPY"):
+        raise DataError(f"{path} is not a readable NumPy file (.npy or .npz)")
     try:
         return np.load(path, allow_pickle=False)
     except ValueError as exc:
@@ -121,7 +125,7 @@ def _load_npz(path: Path, inputs) -> tuple[dict, np.ndarray | None]:
     try:
         contents = {key: archive[key] for key in archive.files}
     except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: cannot read its arrays ({exc})") from exc
+        raise DataError(f"{path}: cannot read its arrays without unpickling objects ({exc})") from exc
     labels = contents.pop("labels", None)
     names = [spec.name for spec in inputs]
     if all(name in contents for name in names):

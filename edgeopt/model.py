@@ -12,6 +12,7 @@ byte 4, `.keras` archives are zips with `config.json`, SavedModels are folders w
 from __future__ import annotations
 
 import os
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,11 +236,17 @@ def load_keras(path: Path):
     quiet_tensorflow()
     import keras
 
-    try:
-        return keras.saving.load_model(str(path), safe_mode=True, compile=False)
-    except Exception as exc:  # Keras raises ValueError, TypeError, KeyError... for bad archives
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"Keras cannot load {path} in safe mode: {first}") from exc
+    # Keras goes by the file name; the content already told us this is a .keras archive.
+    with tempfile.TemporaryDirectory(prefix="edgeopt-keras-") as tmp:
+        named = path
+        if path.suffix != ".keras":
+            named = Path(tmp) / "model.keras"
+            named.symlink_to(path.resolve())
+        try:
+            return keras.saving.load_model(str(named), safe_mode=True, compile=False)
+        except Exception as exc:  # Keras raises ValueError, TypeError, KeyError... when bad
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"Keras cannot load {path} in safe mode: {first}") from exc
 
 
 def _keras_specs(tensors) -> list[TensorSpec]:

@@ -16,6 +16,18 @@ import tempfile
 import warnings
 
 
+def _keep_terminal(stream, saved_fd: int, fd: int):
+    """A Python stream on the saved descriptor when `stream` writes to `fd`; else `stream`
+    itself (a test runner's capture buffer is not a descriptor and needs no saving)."""
+    try:
+        if stream.fileno() == fd:
+            wrapper = io.TextIOWrapper(os.fdopen(os.dup(saved_fd), "wb"), line_buffering=True)
+            return wrapper, True
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+    return stream, False
+
+
 @contextlib.contextmanager
 def library_output_to_log():
     """Point fds 1 and 2 at a log file; Python's sys.stdout/err keep the real streams."""
@@ -28,8 +40,8 @@ def library_output_to_log():
         return
     log = tempfile.NamedTemporaryFile(prefix="edgeopt-", suffix=".log", delete=False)
     streams = sys.stdout, sys.stderr
-    sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(saved[0]), "wb"), line_buffering=True)
-    sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved[1]), "wb"), line_buffering=True)
+    sys.stdout, own_out = _keep_terminal(sys.stdout, saved[0], 1)
+    sys.stderr, own_err = _keep_terminal(sys.stderr, saved[1], 2)
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     try:
@@ -43,8 +55,9 @@ def library_output_to_log():
         os.dup2(saved[1], 2)
         for fd in saved:
             os.close(fd)
-        sys.stdout.close()
-        sys.stderr.close()
+        for stream, own in ((sys.stdout, own_out), (sys.stderr, own_err)):
+            if own:
+                stream.close()
         sys.stdout, sys.stderr = streams
         log.close()
         if not os.environ.get("EDGEOPT_KEEP_LOG"):

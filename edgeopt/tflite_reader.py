@@ -53,17 +53,17 @@ def read_tflite(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryvie
 
     Raises `ModelLoadError` for a missing, empty, truncated or non-TFLite file.
 
-    >>> g = read_tflite("model.tflite")  # doctest: +SKIP
-    >>> g.op_histogram(), g.total_macs()  # doctest: +SKIP
-    ({'CONV_2D': 2, 'FULLY_CONNECTED': 1}, 118784)
+    >>> g = read_tflite("net.tflite")  # doctest: +SKIP
+    >>> g.op_histogram(), g.total_macs(), g.param_count()  # doctest: +SKIP
+    ({'CONV_2D': 1, 'DEPTHWISE_CONV_2D': 1, 'FULLY_CONNECTED': 1, 'RESHAPE': 1}, 19296, 3194)
     """
     buf, label = _load_bytes(path_or_bytes)
     _check_identifier(buf, label)
     model = _unpack_model(buf, label)
     try:
         return _build_graph(model)
-    except ModelLoadError:
-        raise
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{label}: {exc}") from exc
     except (IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         # Structurally valid flatbuffer whose indices point nowhere (e.g. a tensor index
         # beyond the tensor list): a corrupt file, not a bug in the caller.
@@ -133,9 +133,10 @@ def _check_vector_lengths(root: Any, buf_len: int) -> None:
         root.MetadataLength(),
         root.SignatureDefsLength(),
     ]
-    for i in range(min(root.SubgraphsLength(), limit)):
-        sub = root.Subgraphs(i)
-        lengths += [sub.TensorsLength(), sub.OperatorsLength()]
+    if all(n <= limit for n in lengths):  # only then is the subgraph count worth a loop
+        for i in range(root.SubgraphsLength()):
+            sub = root.Subgraphs(i)
+            lengths += [sub.TensorsLength(), sub.OperatorsLength()]
     if any(n > limit for n in lengths):
         raise ValueError("vector length exceeds file size")
 
@@ -237,6 +238,7 @@ def _build_graph(model: Any) -> Graph:
             }
         )
 
+    _check_subgraph_references(ops, len(subgraphs))
     return Graph(
         format="tflite",
         tensors=tuple(tensors),
@@ -246,6 +248,20 @@ def _build_graph(model: Any) -> Graph:
         subgraph_count=len(subgraphs),
         metadata=_model_metadata(model, sub_meta),
     )
+
+
+def _check_subgraph_references(ops: list[Op], count: int) -> None:
+    """Control-flow options (WHILE, IF, CALL, CALL_ONCE, StableHLO) must name real subgraphs."""
+    for op in ops:
+        for key, value in op.options.items():
+            if key != "subgraph" and not key.endswith(("subgraph_index", "subgraph_indices")):
+                continue
+            for index in value if isinstance(value, list) else [value]:
+                if not isinstance(index, int) or not 0 <= index < count:
+                    raise ModelLoadError(
+                        f"TFLite operator {op.index} ({op.op}) refers to subgraph {index}, "
+                        f"but the model has {count}"
+                    )
 
 
 def _text(value: bytes | str | None) -> str:

@@ -61,6 +61,7 @@ def keras_tflite(tmp_path_factory):
     import keras
 
     keras.utils.set_random_seed(0)
+
     # Non-zero, distinct biases: the converter drops all-zero Dense biases and
     # deduplicates identical constant buffers (the zero-initialised conv and depthwise
     # biases would become one shared tensor), which would break param_count == Keras.
@@ -495,7 +496,7 @@ def test_onnx_if_subgraphs_constants_and_qdq():
         numpy_helper.from_array(np.array([0.1, 0.2, 0.3, 0.4], np.float32), "ws"),
         numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
     ]
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 3])
     model = _onnx_model(nodes, [cond, x], [y], inits)
     onnx.checker.check_model(model)
     g = read_onnx(model.SerializeToString())

@@ -1,0 +1,87 @@
+"""Helpers shared by the benchmark scripts: paths, machine facts, tables, JSON results.
+
+Importing this module imports no framework (no TensorFlow), so the scripts that time
+`edgeopt` from the outside stay light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "benchmarks" / "results"
+
+
+def edgeopt_command() -> list[str]:
+    """The installed `edgeopt` console script, or the module as a fallback."""
+    found = shutil.which("edgeopt")
+    return [found] if found else [sys.executable, "-m", "edgeopt.cli"]
+
+
+def subprocess_env() -> dict[str, str]:
+    """This process's environment with TensorFlow's C++ logging quietened."""
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def cpu_model() -> str:
+    """'model name' from /proc/cpuinfo, with family/model numbers when present."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or "unknown"
+    name = fields.get("model name", "unknown")
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "cpu_model": cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def summarize(seconds: Sequence[float]) -> dict[str, float]:
+    """Median, min and max of timings, in seconds."""
+    return {"median": statistics.median(seconds), "min": min(seconds), "max": max(seconds),
+            "n": len(seconds)}
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain left-aligned text table on stdout."""
+    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for index, row in enumerate(cells):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if index == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def write_results(name: str, data: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
+    """Write `data` (plus the machine facts) as `<directory>/<name>.json`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    record = {"benchmark": name, "machine": machine_info(), **data}
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return path

@@ -1,0 +1,86 @@
+"""The CLI contract: help and examples, one-line errors, no TensorFlow for help/devices."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import assert_user_error
+
+SHIPPED = {"host-cpu", "pixel-npu", "pixel-gpu", "pixel-cpu", "snapdragon-npu", "rpi5-cpu",
+           "coral-usb", "coral-devboard", "ethos-u55-256", "ethos-u65-512"}
+
+
+def test_every_command_has_help_and_an_example(run_cli):
+    from edgeopt.cli import cli
+
+    for name, command in cli.commands.items():
+        assert command.help, name
+        result = run_cli(name, "--help")
+        assert result.exit_code == 0
+        assert "Example:" in result.stdout and f"edgeopt {name}" in result.stdout, name
+
+
+def _imports_after(code: str) -> set[str]:
+    script = f"import sys\nfrom edgeopt.cli import cli\n{code}\nprint(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    return set(out.stdout.split())
+
+
+def test_help_and_devices_do_not_import_tensorflow():
+    for code in ("cli.main(['--help'], standalone_mode=False)",
+                 "cli.main(['devices'], standalone_mode=False)",
+                 "cli.main(['devices', '--json'], standalone_mode=False)"):
+        modules = _imports_after(code)
+        assert "click" in modules  # the script really ran
+        assert not {"tensorflow", "keras", "onnx2tf", "tf_keras"} & modules, code
+
+
+def test_devices_json_lists_the_shipped_profiles(run_cli):
+    result = run_cli("devices", "--json")
+    assert result.exit_code == 0
+    devices = json.loads(result.stdout)["devices"]
+    assert {d["name"] for d in devices} == SHIPPED
+    for device in devices:
+        assert {"kind", "delegate", "precision", "runtime", "io_dtype", "source"} <= set(device)
+
+
+def test_devices_table(run_cli):
+    result = run_cli("devices")
+    assert result.exit_code == 0
+    assert all(name in result.stdout for name in SHIPPED)
+
+
+def test_unknown_device_lists_known_ones(run_cli, tiny_onnx_path):
+    result = run_cli("build", tiny_onnx_path, "--device", "pixel-9000", "--calib", "random")
+    assert_user_error(result, "unknown device 'pixel-9000'")
+    assert "pixel-npu" in result.stderr and "coral-usb" in result.stderr
+
+
+def test_usage_errors_are_one_line(run_cli):
+    assert_user_error(run_cli("build", "--no-such-flag"), "no such option")
+    assert_user_error(run_cli("no-such-command"), "no such command")
+
+
+def test_internal_errors_are_one_line_and_debug_shows_traceback(monkeypatch, run_cli):
+    import edgeopt.devices.profile as profile
+
+    def broken():
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(profile, "all_profiles", broken)
+    result = run_cli("devices")
+    assert result.exit_code == 1 and result.stderr.startswith("edgeopt: error: internal error")
+    assert "Traceback" not in result.stderr
+    result = run_cli("--debug", "devices")
+    assert "Traceback" in result.stderr
+
+
+def test_dry_run_prints_the_resolved_config(run_cli, tiny_onnx_path):
+    result = run_cli("build", tiny_onnx_path, "--device", "coral-usb", "--calib", "random",
+                     "--dry-run", "--json")
+    assert result.exit_code == 0
+    config = json.loads(result.stdout)
+    assert config["device"] == "coral-usb" and config["model"] == str(tiny_onnx_path)
