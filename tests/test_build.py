@@ -1,0 +1,241 @@
+"""`edgeopt build` end to end with the real converters and runtimes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLES, assert_user_error
+
+MANIFEST_KEYS = {"schema_version", "model", "inputs", "outputs", "device", "recipe",
+                 "accuracy", "placement", "estimate", "toolchain", "created"}
+
+
+def _manifest(folder):
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def _check_bundle(folder, fmt: str):
+    import hashlib
+
+    manifest = _manifest(folder)
+    assert MANIFEST_KEYS <= set(manifest)
+    model_file = folder / manifest["model"]["file"]
+    assert model_file.suffix == f".{fmt}" and manifest["model"]["format"] == fmt
+    content = model_file.read_bytes()
+    assert manifest["model"]["sha256"] == hashlib.sha256(content).hexdigest()
+    assert manifest["model"]["size_bytes"] == len(content)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [model_file.name, "manifest.json", "report.html", "edgeopt.toml"])
+    assert manifest["placement"] is None and manifest["placement_note"]
+    assert manifest["estimate"] is None and manifest["estimate_note"]
+    for package in ("tensorflow", "onnxruntime", "ai-edge-litert", "edgeopt"):
+        assert package in manifest["toolchain"]
+    report = (folder / "report.html").read_text()
+    assert "<script" not in report and not re.search(r"(src|href)=\"?https?:", report)
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def sample_builds(tmp_path_factory):
+    """The bundled sample built once per format for pixel-npu (as the README does)."""
+    from edgeopt.cli import cli
+
+    root = tmp_path_factory.mktemp("sample")
+    builds = {}
+    for name in ("digits_cnn.keras", "digits_cnn.onnx"):
+        out = root / name.replace(".", "_")
+        code = cli.main(["build", str(SAMPLES / name), "--device", "pixel-npu",
+                         "--calib", str(SAMPLES / "digits_calib.npz"),
+                         "--eval", str(SAMPLES / "digits_eval.npz"), "-o", str(out), "--json"],
+                        standalone_mode=False)
+        assert code == 0
+        builds[name.split(".")[1]] = out
+    return builds
+
+
+@pytest.mark.parametrize("fmt", ["keras", "onnx"])
+def test_sample_int8_for_pixel_npu(sample_builds, fmt):
+    manifest = _check_bundle(sample_builds[fmt], "tflite")
+    assert manifest["device"]["name"] == "pixel-npu"
+    assert manifest["recipe"]["scheme"] == "w8a8"
+    acc = manifest["accuracy"]
+    assert acc["metric"] == "top1_accuracy"
+    assert acc["reference"] > 0.95
+    assert acc["value"] >= acc["reference"] - 0.01  # within 1 point of float
+    for tensor in manifest["inputs"] + manifest["outputs"]:
+        assert tensor["dtype"] == "int8" and tensor["quantization"]["scale"] > 0
+    assert manifest["inputs"][0]["name"] == "image"
+    assert manifest["sizes"]["artifact_bytes"] <= 0.3 * manifest["sizes"]["float_tflite_bytes"]
+    assert manifest["validation"]["samples"] == 400
+    assert manifest["validation"]["sqnr_db"] > 15
+    parity = manifest["conversion"]["parity"]
+    assert parity["cosine"] > 0.9999 and parity["max_abs"] < 1e-3
+
+
+def test_the_artifact_runs_in_litert_and_matches_the_manifest(sample_builds):
+    from ai_edge_litert.interpreter import Interpreter
+
+    folder = sample_builds["onnx"]
+    manifest = _manifest(folder)
+    interpreter = Interpreter(model_path=str(folder / manifest["model"]["file"]))
+    interpreter.allocate_tensors()
+    detail = interpreter.get_input_details()[0]
+    quant = manifest["inputs"][0]["quantization"]
+    assert detail["quantization"] == pytest.approx((quant["scale"], quant["zero_point"]))
+    data = np.load(SAMPLES / "digits_eval.npz")
+    x = data["image"][:50]
+    correct = 0
+    for image, label in zip(x, data["labels"][:50]):
+        q = np.clip(np.round(image / quant["scale"]) + quant["zero_point"], -128, 127)
+        interpreter.set_tensor(detail["index"], q.astype(np.int8)[None])
+        interpreter.invoke()
+        out = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+        correct += int(out.argmax() == label)
+    assert correct >= 47
+
+
+def test_config_file_reproduces_the_build(sample_builds, run_cli, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(sample_builds["keras"], folder)
+    before = _manifest(folder)
+    result = run_cli("build", "--config", folder / "edgeopt.toml", "--json")
+    assert result.exit_code == 0, result.stderr
+    after = _manifest(folder)
+    assert after["model"]["sha256"] == before["model"]["sha256"]
+    assert after["accuracy"] == before["accuracy"]
+
+
+def test_onnx_stays_onnx_with_qdq_int8(run_cli, tmp_path):
+    out = tmp_path / "onnx_bundle"
+    result = run_cli("build", SAMPLES / "digits_cnn.onnx", "--format", "onnx",
+                     "--device", "host-cpu", "--calib", SAMPLES / "digits_calib.npz",
+                     "--eval", SAMPLES / "digits_eval.npz", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = _check_bundle(out, "onnx")
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(str(out / manifest["model"]["file"])).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    acc = manifest["accuracy"]
+    assert acc["value"] >= acc["reference"] - 0.01
+    assert manifest["validation"]["runtime"].endswith("onnxruntime (CPU)")
+    assert json.loads(result.stdout)["bundle"] == str(out)
+
+
+def test_held_back_evaluation_and_float_io_for_host_cpu(run_cli, tmp_path, tiny_keras_path,
+                                                        tiny_nhwc_data):
+    out = tmp_path / "b"
+    result = run_cli("build", tiny_keras_path, "--calib", tiny_nhwc_data, "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = _check_bundle(out, "tflite")
+    assert manifest["data"]["evaluation_samples"] == 12  # every 5th of 64
+    assert manifest["data"]["calibration_samples"] == 52
+    assert manifest["inputs"][0]["dtype"] == "float32"  # host-cpu keeps float IO
+    assert manifest["accuracy"]["metric"] == "top1_accuracy"
+
+
+def test_coral_gets_uint8_io(run_cli, tmp_path, tiny_onnx_path, tiny_nhwc_data):
+    out = tmp_path / "coral"
+    result = run_cli("build", tiny_onnx_path, "--device", "coral-usb", "--calib",
+                     tiny_nhwc_data, "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = _manifest(out)
+    assert manifest["inputs"][0]["dtype"] == "uint8"
+    assert manifest["conversion"]["input_layout_changes"] == {"input": [0, 2, 3, 1]}
+
+
+def test_saved_model_and_float_tflite_inputs(run_cli, tmp_path, tiny_float_tflite,
+                                             tiny_nhwc_data):
+    from conftest import tiny_cnn
+
+    saved = tmp_path / "sm"
+    tiny_cnn().export(str(saved), verbose=False)
+    for model, name in ((saved, "sm_bundle"), (tiny_float_tflite, "tfl_bundle")):
+        result = run_cli("build", model, "--device", "pixel-npu", "--calib", tiny_nhwc_data,
+                         "-o", tmp_path / name, "--json")
+        assert result.exit_code == 0, result.stderr
+        manifest = _check_bundle(tmp_path / name, "tflite")
+        assert manifest["inputs"][0]["dtype"] == "int8"
+        assert manifest["validation"]["cosine"] > 0.95
+
+
+def test_random_calibration_is_flagged(run_cli, tmp_path, tiny_onnx_path):
+    out = tmp_path / "r"
+    result = run_cli("build", tiny_onnx_path, "--calib", "random", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = _manifest(out)
+    assert manifest["data"]["representative"] is False
+    assert any("random" in note for note in manifest["notes"])
+    assert "not representative" in (out / "report.html").read_text()
+
+
+def test_image_folder_preprocessing_is_recorded(run_cli, tmp_path):
+    out = tmp_path / "img"
+    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--calib", SAMPLES / "images",
+                     "--mean", "0", "--std", "255", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    prep = _manifest(out)["preprocessing"]
+    assert prep["source"] == "images" and prep["resize"] == [32, 32]
+    assert prep["mean"] == [0.0] and prep["std"] == [255.0]
+
+
+# --- bad input: exit 2, one line, nothing written ---------------------------------------
+
+def test_no_calibration_data(run_cli, tmp_path, tiny_onnx_path):
+    result = run_cli("build", tiny_onnx_path, "-o", tmp_path / "o")
+    assert_user_error(result, "no calibration data")
+    assert not (tmp_path / "o").exists()
+
+
+def test_calibration_of_the_wrong_shape_or_dtype(run_cli, tmp_path, tiny_onnx_path):
+    np.savez(tmp_path / "shape.npz", input=np.zeros((4, 3, 8, 8), np.float32))
+    np.savez(tmp_path / "dtype.npz", input=np.zeros((4, 3, 16, 16), np.uint8))
+    for name, message in (("shape.npz", "has shape (4, 3, 8, 8)"),
+                          ("dtype.npz", "takes float32 but the data is uint8")):
+        result = run_cli("build", tiny_onnx_path, "--calib", tmp_path / name,
+                         "-o", tmp_path / "o")
+        assert_user_error(result, message)
+        assert not (tmp_path / "o").exists()
+
+
+def test_output_folder_that_is_a_file(run_cli, tmp_path, tiny_onnx_path):
+    target = tmp_path / "dist"
+    target.write_text("keep me")
+    assert_user_error(run_cli("build", tiny_onnx_path, "--calib", "random", "-o", target),
+                      "is not a folder")
+    assert target.read_text() == "keep me"
+
+
+def test_output_folder_with_other_files_is_not_replaced(run_cli, tmp_path, tiny_onnx_path):
+    target = tmp_path / "project"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    assert_user_error(run_cli("build", tiny_onnx_path, "--calib", "random", "-o", target),
+                      "not empty")
+    assert (target / "notes.txt").read_text() == "mine"
+
+
+def test_failed_build_keeps_the_existing_bundle(run_cli, tmp_path, tiny_onnx_path,
+                                                tiny_nhwc_data):
+    out = tmp_path / "keep"
+    assert run_cli("build", tiny_onnx_path, "--calib", "random", "-o", out).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    np.savez(tmp_path / "bad.npz", input=np.full((4, 3, 16, 16), np.inf, np.float32))
+    assert_user_error(run_cli("build", tiny_onnx_path, "--calib", tmp_path / "bad.npz",
+                              "-o", out), "NaN/Inf")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if "staging" in p.name]
+
+
+def test_scheme_the_device_cannot_run(run_cli, tmp_path, tiny_onnx_path):
+    assert_user_error(run_cli("build", tiny_onnx_path, "--device", "coral-usb", "--scheme",
+                              "fp16", "--calib", "random", "-o", tmp_path / "o"),
+                      "full-integer models only")
+    assert_user_error(run_cli("build", tiny_onnx_path, "--device", "pixel-npu", "--format",
+                              "onnx", "--calib", "random", "-o", tmp_path / "o"),
+                      "does not run .onnx")
