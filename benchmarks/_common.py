@@ -12,9 +12,10 @@ import platform
 import shutil
 import statistics
 import sys
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -48,13 +49,19 @@ def cpu_model() -> str:
     return name
 
 
+def load_average() -> list[float]:
+    """1, 5 and 15 minute load averages: other work on the machine skews timings."""
+    return [round(v, 2) for v in os.getloadavg()]
+
+
 def machine_info() -> dict[str, Any]:
     return {
         "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count(),
+        "load_average_at_end": load_average(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -30,8 +30,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (REPO, RESULTS_DIR, edgeopt_command, print_table, subprocess_env, summarize,
-                     verdict, write_results)
+from _common import (
+    REPO,
+    RESULTS_DIR,
+    edgeopt_command,
+    load_average,
+    print_table,
+    subprocess_env,
+    summarize,
+    verdict,
+    write_results,
+)
 
 NAME = "build_sample"
 FORMATS = ("keras", "onnx")
@@ -125,6 +134,7 @@ def print_report(records: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    load_start = load_average()
     records = []
     for fmt in args.formats:
         try:
@@ -133,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"build of digits_cnn.{fmt} failed: {exc}", file=sys.stderr)
             return 1
     print_report(records)
-    path = write_results(NAME, {"device": args.device, "repeats": args.repeats,
+    path = write_results(NAME, {"load_average_at_start": load_start, "device": args.device,
+                                "repeats": args.repeats,
                                 "results": records}, args.results_dir)
     print(f"\nwrote {path}")
     return 0

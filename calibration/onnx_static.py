@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.errors import ConversionError
+from edgeopt.errors import ConversionError, first_line
 
 
 class _Reader:
@@ -29,15 +29,14 @@ class _Reader:
 
 
 def _fail(what: str, exc: Exception) -> ConversionError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = first_line(exc)
     return ConversionError(f"onnxruntime.quantization could not make the {what} model: {first}")
 
 
 def qdq_int8(model: Path, out: Path, arrays: dict[str, np.ndarray],
              method: str = "MinMax") -> None:
     """Static QDQ: int8 symmetric per-channel weights, int8 activations per tensor."""
-    from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     try:
         quantize_static(

@@ -12,7 +12,7 @@ import tempfile
 
 import numpy as np
 
-from edgeopt.errors import ConversionError
+from edgeopt.errors import ConversionError, first_line
 
 # TFLite schema TensorType values accepted by modify_model_interface.
 _TENSOR_TYPES = {"float32": 0, "uint8": 3, "int8": 9}
@@ -43,7 +43,7 @@ def full_integer(float_tflite: bytes, arrays: dict[str, np.ndarray], io_dtype: s
         calibration = qt.calibrate(_signature_samples(float_tflite, arrays), num_threads=2)
         model = bytes(qt.quantize(calibration).quantized_model)
     except (ValueError, RuntimeError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ConversionError(f"ai-edge-quantizer could not quantize the model: {first}") from exc
     return model if io_dtype == "float32" else set_io_dtype(model, io_dtype)
 

@@ -168,7 +168,13 @@ def _size(n) -> str:
 def build_summary(result) -> str:
     m = result.manifest
     acc, sizes = m["accuracy"], m["sizes"]
-    ratio = sizes["artifact_bytes"] / sizes["source_bytes"]
+    float_bytes = sizes.get("float_tflite_bytes")
+    size = f"{_size(sizes['source_bytes'])} {m['source']['format']}"
+    if float_bytes:
+        size += f", {_size(float_bytes)} float .tflite"
+    base = float_bytes or sizes["source_bytes"]
+    size += (f" -> {_size(sizes['artifact_bytes'])} ({sizes['artifact_bytes'] / base:.2f}x "
+             f"the {'float .tflite' if float_bytes else 'source'})")
 
     def fmt(v):
         return "—" if v is None else f"{v:.4f}"
@@ -178,8 +184,7 @@ def build_summary(result) -> str:
                    "edgeopt.toml)"),
         ("device", f"{m['device']['name']} ({m['device']['kind']}, {m['device']['delegate']})"),
         ("scheme", f"{m['recipe']['scheme']}: {m['recipe']['method']}"),
-        ("size", f"{_size(sizes['source_bytes'])} -> {_size(sizes['artifact_bytes'])} "
-                 f"({ratio:.2f}x)"),
+        ("size", size),
         (acc["metric"], f"float {fmt(acc['reference'])} -> {fmt(acc['value'])} "
                         f"(delta {fmt(acc['delta'])})"),
         ("validated", f"{m['validation']['samples']} samples, {m['validation']['runtime']}"),
@@ -222,7 +227,6 @@ def convert(model, output, calib, as_json):
 def inspect(model, as_json):
     """Format, inputs and outputs, op histogram, parameters, MACs and size of MODEL."""
     from edgeopt.inspect import inspect_model, render_inspection
-
     from edgeopt.quiet import library_output_to_log
 
     with library_output_to_log():

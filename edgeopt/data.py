@@ -125,7 +125,8 @@ def _load_npz(path: Path, inputs) -> tuple[dict, np.ndarray | None]:
     try:
         contents = {key: archive[key] for key in archive.files}
     except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: cannot read its arrays without unpickling objects ({exc})") from exc
+        raise DataError(f"{path}: cannot read its arrays without unpickling objects "
+                        f"({exc})") from exc
     labels = contents.pop("labels", None)
     names = [spec.name for spec in inputs]
     if all(name in contents for name in names):

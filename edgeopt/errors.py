@@ -29,3 +29,9 @@ class ConfigError(EdgeoptError):
 
 class OutputError(EdgeoptError):
     """The output location cannot take a bundle."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type name."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__

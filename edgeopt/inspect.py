@@ -62,9 +62,9 @@ def render_inspection(record: dict) -> str:
     lines = [f"{record['model']}  ({record['format']}, {record['size_bytes']:,} bytes)"]
     for role in ("inputs", "outputs"):
         for t in record[role]:
-            quant = ""
-            if t["quantization"]:
-                quant = f"  scale {t['quantization']['scale']:.6g} zp {t['quantization']['zero_point']}"
+            quant, q = "", t["quantization"]
+            if q:
+                quant = f"  scale {q['scale']:.6g} zp {q['zero_point']}"
             lines.append(f"  {role[:-1]:<6} {t['name']}  {t['shape']}  {t['dtype']}{quant}")
     lines.append(f"  parameters {record['parameters']:,} ({record['parameter_bytes']:,} bytes), "
                  f"MACs {_human(record['macs'])}, {record['ops']} ops in "

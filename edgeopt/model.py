@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeopt.errors import ModelLoadError
+from edgeopt.errors import ModelLoadError, first_line
 
 FORMATS = ("onnx", "keras", "saved_model", "tflite")
 
@@ -135,7 +135,7 @@ def load_onnx_proto(path: Path, with_data: bool = True):
     except (DecodeError, ValueError, RuntimeError, OSError, UnicodeDecodeError) as exc:
         raise ModelLoadError(
             f"{path} is not a model edgeopt can read (not TFLite, Keras, SavedModel, "
-            f"and it does not parse as ONNX: {str(exc).splitlines()[0] if str(exc) else 'bad protobuf'})"
+            f"and it does not parse as ONNX: {first_line(exc)})"
         ) from exc
     if not model.graph.node or not model.opset_import or model.ir_version <= 0:
         raise ModelLoadError(f"{path} is not a model edgeopt can read (not TFLite, Keras, "
@@ -144,7 +144,7 @@ def load_onnx_proto(path: Path, with_data: bool = True):
     try:
         onnx.checker.check_model(str(path))
     except Exception as exc:  # the checker raises several private error types
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ModelLoadError(f"{path} is not a valid ONNX model: {first}") from exc
     if with_data:
         from onnx.external_data_helper import load_external_data_for_model
@@ -179,7 +179,7 @@ def tflite_interpreter(path_or_bytes: Path | bytes, num_threads: int | None = No
         interpreter = Interpreter(**source, num_threads=num_threads)
         interpreter.allocate_tensors()
     except (ValueError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable"
+        first = first_line(exc)
         raise ModelLoadError(f"LiteRT cannot load the model: {first}") from exc
     return interpreter
 
@@ -245,7 +245,7 @@ def load_keras(path: Path):
         try:
             return keras.saving.load_model(str(named), safe_mode=True, compile=False)
         except Exception as exc:  # Keras raises ValueError, TypeError, KeyError... when bad
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise ModelLoadError(f"Keras cannot load {path} in safe mode: {first}") from exc
 
 
@@ -268,7 +268,7 @@ def saved_model_signature_fn(path: Path):
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as exc:  # TF raises many error types for a corrupt SavedModel
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ModelLoadError(f"TensorFlow cannot load the SavedModel {path}: {first}") from exc
     signature = loaded.signatures.get("serving_default")
     if signature is None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import platform
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -182,7 +182,7 @@ def _data_record(config: BuildConfig, calib: Dataset, evaluation: Dataset) -> di
             "evaluation": evaluation.source if config.eval else f"held back from {calib.source}",
             "evaluation_samples": evaluation.count, "labels": evaluation.labels is not None,
             "representative": calib.representative,
-            "layout_notes": list(calib.notes + evaluation.notes)}
+            "layout_notes": list(dict.fromkeys(calib.notes + evaluation.notes))}
 
 
 def _preprocessing(config: BuildConfig, calib: Dataset) -> dict:
@@ -227,7 +227,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "preprocessing": _preprocessing(config, calib),
         "notes": notes,
         "toolchain": _toolchain(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 

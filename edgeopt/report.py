@@ -127,7 +127,8 @@ def _pending(m: dict) -> str:
     rows = []
     for key in ("placement", "estimate"):
         value = m.get(key)
-        shown = _e(value) if value is not None else f'<span class="muted">{_e(m.get(key + "_note", ""))}</span>'
+        note = _e(m.get(key + "_note", ""))
+        shown = _e(value) if value is not None else f'<span class="muted">{note}</span>'
         rows.append((key, shown))
     return f"<section><h2>Placement and estimate</h2>{_table(rows)}</section>"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.errors import ConversionError
+from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import ModelHandle
 
 
@@ -90,7 +90,7 @@ class OnnxRunner:
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
             raise ConversionError(f"onnxruntime cannot load the model: "
-                                  f"{str(exc).splitlines()[0]}") from exc
+                                  f"{first_line(exc)}") from exc
         self.inputs = self.session.get_inputs()
         self.input_names = [i.name for i in self.inputs]
         fixed = [i.shape[0] for i in self.inputs if i.shape and isinstance(i.shape[0], int)]

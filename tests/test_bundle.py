@@ -58,8 +58,9 @@ import sys
 from edgeopt.bundle import write_bundle
 tag = sys.argv[2]
 for i in range(int(sys.argv[3])):
+    manifest = '{"schema_version": 1, "tag": "%s"}' % tag
     write_bundle(sys.argv[1], {"model.tflite": (tag * 200000).encode(),
-                               "manifest.json": ('{"schema_version": 1, "tag": "%s"}' % tag).encode()})
+                               "manifest.json": manifest.encode()})
 """
 
 

@@ -65,7 +65,7 @@ def test_usage_errors_are_one_line(run_cli):
 
 
 def test_internal_errors_are_one_line_and_debug_shows_traceback(monkeypatch, run_cli):
-    import edgeopt.devices.profile as profile
+    from edgeopt.devices import profile
 
     def broken():
         raise RuntimeError("boom")
