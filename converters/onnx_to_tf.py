@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from edgeopt.errors import ConversionError
+from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import ModelHandle
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
+_SCOPE_UNSAFE = re.compile(r"[^A-Za-z0-9_.\\/>-]")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NHWC_TO_NCHW = (0, 3, 1, 2)
 
 
@@ -62,6 +65,11 @@ def _offline_onnx2tf(samples_nhwc: np.ndarray | None):
          common.requests.get) = saved
 
 
+def _shape_hint(shape: tuple[int, ...]) -> str:
+    """`1,3,?,?` for (-1, 3, -1, -1): what --input-shape must fill in."""
+    return ",".join("1" if i == 0 else (str(d) if d > 0 else "?") for i, d in enumerate(shape))
+
+
 def _fixed_shapes(handle: ModelHandle) -> list[str]:
     """onnx2tf's overwrite_input_shape strings: a dynamic batch becomes 1."""
     shapes = []
@@ -71,14 +79,47 @@ def _fixed_shapes(handle: ModelHandle) -> list[str]:
             dims[0] = 1
         if any(d < 0 for d in dims):
             raise ConversionError(
-                f"input '{spec.name}' has dynamic dimensions {spec.shape} beyond the batch; "
-                "fix them when exporting the ONNX model (mobile runtimes need static shapes)")
+                f"input '{spec.name}' has dynamic dimensions {list(spec.shape)} beyond the batch; "
+                "mobile runtimes need static shapes: fix them with --input-shape "
+                f"{spec.name}:{_shape_hint(spec.shape)}")
         shapes.append(f"{spec.name}:{','.join(str(d) for d in dims)}")
     return shapes
 
 
+def _reason(exc: BaseException, log: str) -> str:
+    """The exception's own words; for a bare sys.exit, onnx2tf's first ERROR line."""
+    if not isinstance(exc, SystemExit):
+        text = first_line(exc)
+    else:
+        errors = [ln for ln in _ANSI.sub("", log).splitlines() if "ERROR" in ln]
+        text = errors[0] if errors else "onnx2tf stopped"
+    return _ANSI.sub("", text).strip()[:300]
+
+
 def _perm_for(shape: tuple[int, ...]) -> tuple[int, ...] | None:
     return NCHW_TO_NHWC if len(shape) == 4 else None
+
+
+def _static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log) -> Path | None:
+    """Fix the input shapes and propagate them with onnxslim, in-process.
+
+    onnx2tf needs static shapes on every tensor; it would call the `onnxsim` program for
+    that, which may not exist. None when onnxslim cannot simplify this graph.
+    """
+    import onnx
+    import onnxslim
+
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            model = onnxslim.slim(str(handle.path), input_shapes=shapes)
+    except Exception as exc:  # onnxslim raises anything from its graph passes
+        log.write(f"onnxslim could not simplify the model: {exc}\n")
+        return None
+    for node in model.graph.node:  # onnxslim's names ('Softmax@0') are not TF scope names
+        node.name = _SCOPE_UNSAFE.sub("_", node.name)
+    path = workdir / "static.onnx"
+    onnx.save(model, str(path))
+    return path
 
 
 def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
@@ -91,20 +132,21 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
 
     out = workdir / "saved_model"
     log = io.StringIO()
+    shapes = _fixed_shapes(handle)
+    static = _static_onnx(handle, workdir, shapes, log)
     try:
         with _offline_onnx2tf(samples_nhwc), contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
             onnx2tf.convert(
-                input_onnx_file_path=str(handle.path), output_folder_path=str(out),
-                overwrite_input_shape=_fixed_shapes(handle), output_signaturedefs=True,
+                input_onnx_file_path=str(static or handle.path), output_folder_path=str(out),
+                overwrite_input_shape=None if static else shapes, output_signaturedefs=True,
                 copy_onnx_input_output_names_to_tflite=True, non_verbose=True,
-                not_use_onnxsim=False)
+                not_use_onnxsim=True)
     except ConversionError:
         raise
     except (Exception, SystemExit) as exc:  # onnx2tf raises anything, and sys.exit()s
-        lines = [ln for ln in log.getvalue().splitlines() if "ERROR" in ln] or [str(exc)]
         raise ConversionError(f"onnx2tf could not convert {handle.path.name}: "
-                              f"{lines[-1].strip()[:300]}") from exc
+                              f"{_reason(exc, log.getvalue())}") from exc
     if not (out / "saved_model.pb").is_file():
         raise ConversionError(f"onnx2tf wrote no SavedModel for {handle.path.name}")
     input_perms = {s.name: p for s in handle.inputs if (p := _perm_for(s.shape))}

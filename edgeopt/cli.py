@@ -128,12 +128,14 @@ def _floats(text: str | None) -> tuple[float, ...] | None:
               "per channel, e.g. 127.5 or 123.7,116.3,103.5.")
 @click.option("--std", default=None, help="Image normalisation std on 0..255 pixels "
               "(default 255: a 0..1 scale).")
+@click.option("--input-shape", "input_shapes", multiple=True, help="Fix an input's dynamic "
+              "dimensions, e.g. x:1,3,48,192 (repeat for more inputs).")
 @click.option("--config", "config_file", default=None, help="Read defaults from a config "
               "file such as a bundle's edgeopt.toml.")
 @click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
 @json_option
-def build(model, device, calib, eval_data, output, fmt, scheme, mean, std, config_file,
-          dry_run, as_json):
+def build(model, device, calib, eval_data, output, fmt, scheme, mean, std, input_shapes,
+          config_file, dry_run, as_json):
     """Compress, convert, quantize and validate MODEL, and write a bundle for a device."""
     from edgeopt.config import read_config_file, resolve
 
@@ -141,7 +143,8 @@ def build(model, device, calib, eval_data, output, fmt, scheme, mean, std, confi
     config = resolve(file_values, {"model": model, "device": device, "calib": calib,
                                    "eval": eval_data, "output": output, "format": fmt,
                                    "scheme": scheme, "mean": _floats(mean),
-                                   "std": _floats(std)})
+                                   "std": _floats(std),
+                                   "input_shapes": tuple(input_shapes) or None})
     if dry_run:
         if as_json:
             emit_json({k: v for k, v in vars(config).items()})

@@ -27,6 +27,7 @@ class BuildConfig:
     eval: str | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    input_shapes: tuple[str, ...] = ()  # "name:1,3,224,224" fixes dynamic dimensions
     eval_fraction: float = 0.2
     parity_samples: int = 16
     seed: int = 0
@@ -49,6 +50,8 @@ class BuildConfig:
                 continue
             if key in PATH_FIELDS and value != "random":
                 value = os.path.relpath(os.path.abspath(value), os.path.abspath(base))
+            if value == ():
+                continue
             values[key] = list(value) if isinstance(value, tuple) else value
         return "# edgeopt build config; rebuild with: edgeopt build --config THIS_FILE\n" + \
             tomli_w.dumps({"build": values})
@@ -58,6 +61,10 @@ def _coerce(name: str, value):
     kinds = {f.name: f.type for f in fields(BuildConfig)}
     if name not in kinds:
         raise ConfigError(f"unknown config key '{name}'; known: {', '.join(kinds)}")
+    if name == "input_shapes":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError("config key 'input_shapes' must be a list of 'name:d,d,...'")
+        return tuple(value)
     if name in ("mean", "std"):
         if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
             raise ConfigError(f"config key '{name}' must be a list of numbers")

@@ -233,7 +233,8 @@ def image_layout(spec: TensorSpec) -> tuple[str, int, int, int]:
         raise DataError(f"input '{spec.name}' {_shape_text(spec.shape)} has no 1- or 3-channel "
                         "axis; give .npz data instead of images")
     if h <= 0 or w <= 0:
-        raise DataError(f"input '{spec.name}' has a dynamic image size; give .npz data")
+        raise DataError(f"input '{spec.name}' has a dynamic image size {_shape_text(spec.shape)}; "
+                        f"fix it with --input-shape {spec.name}:1,...")
     return layout, h, w, ch
 
 

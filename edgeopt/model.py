@@ -57,7 +57,42 @@ class ModelHandle:
 
     @property
     def stem(self) -> str:
-        return self.path.name.split(".")[0] or "model"
+        return (self.path.name if self.path.is_dir() else self.path.stem) or "model"
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """`name:1,3,224,224` -> ('name', (1, 3, 224, 224))."""
+    name, sep, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d <= 0 for d in shape):
+        raise ModelLoadError(f"--input-shape '{text}': expected NAME:D,D,... with positive "
+                             "dimensions, e.g. x:1,3,224,224")
+    return name, shape
+
+
+def with_input_shapes(handle: ModelHandle, overrides: tuple[str, ...]) -> ModelHandle:
+    """Fix dynamic input dimensions; a static dimension must keep its size."""
+    if not overrides:
+        return handle
+    by_name = {spec.name: spec for spec in handle.inputs}
+    fixed = dict(by_name)
+    for text in overrides:
+        name, shape = parse_input_shape(text)
+        spec = by_name.get(name)
+        if spec is None:
+            raise ModelLoadError(f"--input-shape names '{name}', but the model's inputs are "
+                                 f"{', '.join(by_name)}")
+        clash = len(shape) != len(spec.shape) or any(
+            old >= 0 and old != new for old, new in zip(spec.shape, shape))
+        if clash:
+            raise ModelLoadError(f"--input-shape {text} does not fit input '{name}' of shape "
+                                 f"{list(spec.shape)} (-1 marks the dimensions you may set)")
+        fixed[name] = TensorSpec(spec.name, shape, spec.dtype, spec.quantization)
+    return ModelHandle(handle.path, handle.format, tuple(fixed[s.name] for s in handle.inputs),
+                       handle.outputs)
 
 
 def path_size(path: Path) -> int:

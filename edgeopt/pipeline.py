@@ -24,7 +24,7 @@ from edgeopt.config import BuildConfig
 from edgeopt.data import Dataset, Preprocessing, load_dataset, split_holdout
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError, DataError
-from edgeopt.model import ModelHandle, TensorSpec, load_model
+from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
 from edgeopt.validate import Validation, compare
@@ -200,6 +200,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
     if not calib.representative:
         notes.append("calibrated on random data (--calib random): the accuracy figures are "
                      "not representative; rebuild with real samples before shipping")
+    notes += _accuracy_notes(validation)
     parity = artifact.conversion.get("parity")
     if parity and parity["warning"]:
         notes.append(f"float conversion differs from the source (cosine {parity['cosine']:.6f})")
@@ -231,6 +232,24 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
     }
 
 
+LOW_SQNR_DB = 15.0
+ACCURACY_DROP = 0.01
+
+
+def _accuracy_notes(validation: Validation) -> list[str]:
+    """Say so when compression cost more than it should; never hide a collapse."""
+    notes = []
+    if validation.sqnr_db < LOW_SQNR_DB:
+        notes.append(f"output SQNR against the float model is {validation.sqnr_db:.1f} dB "
+                     f"(below {LOW_SQNR_DB:.0f} dB): the compressed model departs from the "
+                     "float one; check it on your task before shipping")
+    if validation.delta is not None and validation.metric != "sqnr_db" \
+            and validation.delta < -ACCURACY_DROP:
+        notes.append(f"{validation.metric} dropped by {-validation.delta:.3f} "
+                     f"({validation.reference:.4f} -> {validation.value:.4f})")
+    return notes
+
+
 def _io_records(artifact_specs, source_specs) -> list[dict]:
     """Artifact IO under the source model's names, with the runtime's own tensor names."""
     records = []
@@ -254,7 +273,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     profile = load_profile(config.device)
     output = Path(config.output)
     check_destination(output)
-    handle = load_model(config.model)
+    handle = with_input_shapes(load_model(config.model), config.input_shapes)
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = load_data(config, handle)
     keras_model = None

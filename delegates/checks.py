@@ -1,0 +1,131 @@
+"""Checks every delegate uses, driven by the op's row in the delegate's table.
+
+Each check returns ``(ok, detail)``; its docstring is the constraint the user reads.
+Delegate modules add their own op-specific checks next to these.
+"""
+
+from __future__ import annotations
+
+from edgeopt.delegates.view import FLOAT_DTYPES, OpView
+
+CONTROL_FLOW_OPS = frozenset({"WHILE", "IF", "CALL", "CALL_ONCE", "STABLEHLO_WHILE",
+                              "STABLEHLO_CASE"})
+
+
+def _names(tensors) -> str:
+    return ", ".join(f"'{t.name}'" for t in tensors[:3]) + (" ..." if len(tensors) > 3 else "")
+
+
+def not_flex(v: OpView) -> tuple[bool, str]:
+    """TF Select (Flex) ops run in the TensorFlow kernel library on the CPU"""
+    code = v.op.custom_code or ""
+    return not code.startswith("Flex"), code
+
+
+def not_custom(v: OpView) -> tuple[bool, str]:
+    """Custom ops run on the CPU unless the delegate ships a kernel for that custom op"""
+    if v.name != "CUSTOM":
+        return True, ""
+    return v.spec is not None, f"custom op '{v.op.custom_code}'"
+
+
+def no_control_flow(v: OpView) -> tuple[bool, str]:
+    """Control flow (WHILE, IF, CALL) runs in the CPU interpreter"""
+    return v.name not in CONTROL_FLOW_OPS, v.name
+
+
+def in_main_subgraph(v: OpView) -> tuple[bool, str]:
+    """Only ops of the main graph are delegated; control-flow bodies run on the CPU"""
+    return v.op.subgraph == 0, f"op is in subgraph {v.op.subgraph}"
+
+
+def no_string_tensors(v: OpView) -> tuple[bool, str]:
+    """String tensors are handled by the CPU kernels only"""
+    bad = [t for t in v.inputs + v.outputs if t.dtype == "string"]
+    return not bad, f"string tensor(s) {_names(bad)}" if bad else ""
+
+
+def op_in_table(v: OpView) -> tuple[bool, str]:
+    """Op type must be one the delegate implements"""
+    return v.spec is not None, f"{v.name} is not supported by {v.delegate_title}"
+
+
+def op_version(v: OpView) -> tuple[bool, str]:
+    """Op version must not exceed the newest version the delegate implements"""
+    limit = v.spec.max_version if v.spec else None
+    ok = limit is None or v.op.version <= limit
+    return ok, f"{v.name} version {v.op.version}, delegate implements up to {limit}"
+
+
+def data_dtypes(v: OpView) -> tuple[bool, str]:
+    """Run-time inputs and outputs must have a data type the delegate takes for this op"""
+    allowed = v.spec.dtypes if v.spec else ()
+    bad = [t for t in v.data_tensors if allowed and t.dtype not in allowed]
+    if not bad:
+        return True, ""
+    return False, (f"{bad[0].dtype} tensor {_names(bad)}; {v.name} takes "
+                   f"{', '.join(allowed)}")
+
+
+def data_rank(v: OpView) -> tuple[bool, str]:
+    """Run-time inputs and outputs must have a rank the delegate takes for this op"""
+    low, high = v.spec.rank if v.spec else (0, 99)
+    bad = [t for t in v.data_tensors if not low <= len(t.shape) <= high]
+    if not bad:
+        return True, ""
+    return False, f"rank {len(bad[0].shape)} tensor {_names(bad)}; takes rank {low}..{high}"
+
+
+def static_shapes(v: OpView) -> tuple[bool, str]:
+    """Tensor shapes must be fixed at conversion time (no dynamic dimensions)"""
+    bad = [t for t in v.inputs + v.outputs if t.is_dynamic]
+    if not bad:
+        return True, ""
+    return False, f"{_names(bad)} has shape {list(bad[0].shape_signature)}"
+
+
+def per_tensor_activations(v: OpView) -> tuple[bool, str]:
+    """Quantized activations must use one scale per tensor (per-tensor quantization)"""
+    bad = [t for t in v.data_tensors if t.quantization is not None and t.quantization.per_channel]
+    return not bad, f"per-channel activation {_names(bad)}" if bad else ""
+
+
+def quantized_activations(v: OpView) -> tuple[bool, str]:
+    """Quantized tensors must carry scale and zero point"""
+    bad = [t for t in v.data_tensors
+           if t.dtype in ("int8", "uint8", "int16") and t.quantization is None]
+    return not bad, f"int tensor without quantization parameters {_names(bad)}" if bad else ""
+
+
+def fused_activation(v: OpView) -> tuple[bool, str]:
+    """Fused activation must be one the delegate implements for this op"""
+    act = v.opt("fused_activation_function", "NONE")
+    allowed = v.param("activations") or v.settings.get("activations")
+    if not allowed or act in allowed:
+        return True, ""
+    return False, f"fused {act}; takes {', '.join(allowed)}"
+
+
+def weights_constant(v: OpView) -> tuple[bool, str]:
+    """Weights and biases must be constants known at conversion time"""
+    positions = v.param("weights", (1, 2))
+    bad = [p for p in positions if p < len(v.op.inputs) and v.op.inputs[p] >= 0
+           and not v.is_static(p)]
+    if not bad:
+        return True, ""
+    return False, f"input {bad[0]} ('{v.input(bad[0]).name}') is computed at run time"
+
+
+def float_op_in_integer_graph(v: OpView) -> tuple[bool, str]:
+    """Every op must be quantized: float ops cannot run on an integer-only accelerator"""
+    floats = [t for t in v.data_tensors if t.dtype in FLOAT_DTYPES]
+    if not floats:
+        return True, ""
+    where = "float op in an int8 graph" if v.index.integer_graph else "float model"
+    return False, f"{where}: {floats[0].dtype} tensor {_names(floats)}"
+
+
+GENERIC = {fn.__name__: fn for fn in (
+    not_flex, not_custom, no_control_flow, in_main_subgraph, no_string_tensors, op_in_table,
+    op_version, data_dtypes, data_rank, static_shapes, per_tensor_activations,
+    quantized_activations, fused_activation, weights_constant, float_op_in_integer_graph)}
