@@ -133,7 +133,7 @@ class TensorObserver:
             self._coarsen()
         if need_lo >= self._start and need_hi < self._start + self.bins:
             return
-        new_start = min(need_lo, self._start) if need_lo < self._start else need_hi - self.bins + 1
+        new_start = need_lo if need_lo < self._start else need_hi - self.bins + 1
         shifted = np.zeros_like(self._counts)
         occupied = np.flatnonzero(self._counts)
         if occupied.size:

@@ -6,9 +6,9 @@ same docstring is a line of the generated ``SUPPORTED_OPS.md`` (Vela's
 ``tflite_supported_operators.py`` works the same way). A delegate is a TOML table of the op
 types it takes (versions, dtypes, ranks, which specific checks apply) plus its checks:
 
-    >>> rules = load_delegate_rules("xnnpack")                  # doctest: +SKIP
+    >>> rules = registry.load_delegate_rules("xnnpack")         # doctest: +SKIP
     >>> rules.evaluate(view)                                    # doctest: +SKIP
-    Verdict(ok=False, rule='softmax_beta_one', reason='SOFTMAX beta must be 1 (beta is 0.5)')
+    Verdict(ok=False, rule='softmax_beta_one', constraint='SOFTMAX beta must be 1', detail='beta is 0.5')
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from edgeopt.delegates.view import OpSpec, OpView
 from edgeopt.errors import ConfigError
 
 Check = Callable[[OpView], tuple[bool, str]]
-Finalizer = Callable[[Any, dict[int, "Verdict"]], dict[int, "Verdict"]]
+Finalizer = Callable[[Any, dict[int, OpView], dict[int, "Verdict"]], dict[int, "Verdict"]]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,13 @@ class Verdict:
 
     ok: bool
     rule: str | None = None
-    reason: str = ""
+    constraint: str = ""
+    detail: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The constraint, then what this op does that breaks it."""
+        return f"{self.constraint} ({self.detail})" if self.detail else self.constraint
 
 
 @dataclass(frozen=True)
@@ -89,8 +95,7 @@ class DelegateRules:
         for rule in rules:
             ok, detail = rule(view)
             if not ok:
-                reason = f"{rule.constraint} ({detail})" if detail else rule.constraint
-                return Verdict(False, rule.name, reason)
+                return Verdict(False, rule.name, rule.constraint, detail)
         return Verdict(True)
 
     def spec_checks(self, view: OpView) -> tuple[str, ...]:

@@ -33,6 +33,19 @@ def _num(value, digits: int = 4) -> str:
     return str(value)
 
 
+def _metric(metric: str, value) -> str:
+    """Top-1 figures as percentages, SQNR in dB."""
+    if value is None:
+        return "—"
+    return f"{value:.1f} dB" if metric == "sqnr_db" else f"{100 * value:.2f}%"
+
+
+def _delta(metric: str, value) -> str:
+    if value is None:
+        return "—"
+    return f"{value:+.1f} dB" if metric == "sqnr_db" else f"{100 * value:+.2f} points"
+
+
 def _size(n: int | None) -> str:
     if n is None:
         return "—"
@@ -71,14 +84,17 @@ def _size_chart(before: int, after: int) -> str:
 def _summary(m: dict) -> str:
     acc = m["accuracy"]
     sizes = m["sizes"]
-    ratio = sizes["artifact_bytes"] / sizes["source_bytes"] if sizes["source_bytes"] else None
-    delta = acc.get("delta")
+    base_name, base = "float .tflite", sizes.get("float_tflite_bytes")
+    if not base:
+        base_name, base = "source", sizes["source_bytes"]
+    ratio = sizes["artifact_bytes"] / base if base else None
     cards = [
         _card("device", _e(m["device"]["name"]), m["device"]["description"]),
         _card("artifact", _e(_size(sizes["artifact_bytes"])),
-              f"{ratio:.2f}× the source" if ratio else ""),
-        _card(acc["metric"], _e(_num(acc["value"])),
-              f"float {_num(acc['reference'])}, delta {_num(delta)}"),
+              f"{ratio:.2f}× the {base_name}" if ratio else ""),
+        _card(acc["metric"].replace("_", " "), _e(_metric(acc["metric"], acc["value"])),
+              f"float {_metric(acc['metric'], acc['reference'])}, "
+              f"delta {_delta(acc['metric'], acc['delta'])}"),
         _card("scheme", _e(m["recipe"]["scheme"]), m["recipe"]["method"]),
     ]
     return f'<section><h2>Summary</h2><div class="cards">{"".join(cards)}</div>' \
@@ -135,7 +151,8 @@ def _pending(m: dict) -> str:
 
 def _data(m: dict) -> str:
     d = m["data"]
-    rows = [(k.replace("_", " "), _e(v)) for k, v in d.items()]
+    rows = [(k.replace("_", " "), _e("; ".join(v) if isinstance(v, list) else v))
+            for k, v in d.items()]
     return f"<section><h2>Data</h2>{_table(rows)}</section>"
 
 

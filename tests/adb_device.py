@@ -25,6 +25,7 @@ shell, closing a shell stream does not kill its command: a harness must do that 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
 import signal
@@ -85,7 +86,8 @@ class Sandbox:
         for folder in ("data/local/tmp", "system/bin", "sys/class/power_supply/battery"):
             (self.root / folder).mkdir(parents=True, exist_ok=True)
         self.set_battery(IDLE_CURRENT_UA, VOLTAGE_UV)
-        self._pattern = re.compile(r"(?<![\w.\-/])/(%s)(?=/|\b)" % "|".join(DEVICE_ROOTS))
+        roots = "|".join(DEVICE_ROOTS)
+        self._pattern = re.compile(rf"(?<![\w.\-/])/({roots})(?=/|\b)")
 
     def set_battery(self, current_ua: int, voltage_uv: int) -> None:
         battery = self.root / "sys/class/power_supply/battery"
@@ -208,6 +210,8 @@ class ShellStream(Stream):
                 self._stdin(None)
 
     def _stdin(self, data: bytes | None) -> None:
+        if self.proc is None:
+            return
         try:
             if data is None:
                 self.proc.stdin.close()
@@ -229,10 +233,27 @@ class SyncStream(Stream):
 
     def __init__(self, conn, local_id, remote_id):
         super().__init__(conn, local_id, remote_id)
-        self.buffer, self.upload, self.upload_path = b"", None, None
+        self.buffer, self.upload = b"", None
         self.sandbox = conn.device.sandbox
+        # Replies wait for the peer's OKAY, which the connection's reader thread delivers:
+        # requests are therefore handled on a thread of their own.
+        self.inbox: queue.Queue[bytes | None] = queue.Queue()
+        threading.Thread(target=self._work, daemon=True).start()
 
     def on_data(self, data: bytes) -> None:
+        self.inbox.put(data)
+
+    def on_peer_close(self) -> None:
+        super().on_peer_close()
+        self.inbox.put(None)
+
+    def _work(self) -> None:
+        while (data := self.inbox.get()) is not None:
+            self._parse(data)
+        if self.upload is not None:
+            self.upload.close()
+
+    def _parse(self, data: bytes) -> None:
         self.buffer += data
         while len(self.buffer) >= 8:
             request, size = self.buffer[:4], struct.unpack("<I", self.buffer[4:8])[0]
@@ -294,7 +315,7 @@ class SyncStream(Stream):
         try:
             target = self.sandbox.host_path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            self.upload_path, self.upload = target, open(target, "wb")  # noqa: SIM115
+            self.upload = open(target, "wb")  # noqa: SIM115
             os.chmod(target, stat.S_IMODE(int(mode)) or 0o644)
         except (OSError, PermissionError, ValueError) as exc:
             self.upload = None
