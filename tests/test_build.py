@@ -19,10 +19,22 @@ def _manifest(folder):
     return json.loads((folder / "manifest.json").read_text())
 
 
+def _validate_schema(manifest: dict) -> None:
+    """Every bundle against the JSON Schema shipped in the package."""
+    import importlib.resources
+
+    import jsonschema
+
+    schema = json.loads(importlib.resources.files("edgeopt").joinpath(
+        "manifest.schema.json").read_text())
+    jsonschema.validate(manifest, schema, format_checker=jsonschema.FormatChecker())
+
+
 def _check_bundle(folder, fmt: str):
     import hashlib
 
     manifest = _manifest(folder)
+    _validate_schema(manifest)
     assert MANIFEST_KEYS <= set(manifest)
     model_file = folder / manifest["model"]["file"]
     assert model_file.suffix == f".{fmt}" and manifest["model"]["format"] == fmt
@@ -147,6 +159,16 @@ def test_coral_gets_uint8_io(run_cli, tmp_path, tiny_onnx_path, tiny_nhwc_data):
     manifest = _manifest(out)
     assert manifest["inputs"][0]["dtype"] == "uint8"
     assert manifest["conversion"]["input_layout_changes"] == {"input": [0, 2, 3, 1]}
+
+
+def test_the_schema_rejects_a_broken_manifest(sample_builds):
+    import jsonschema
+
+    manifest = _manifest(sample_builds["keras"])
+    for key, value in (("model", {"file": "x"}), ("schema_version", 2),
+                       ("accuracy", {"metric": "vibes"})):
+        with pytest.raises(jsonschema.ValidationError):
+            _validate_schema({**manifest, key: value})
 
 
 def test_saved_model_and_float_tflite_inputs(run_cli, tmp_path, tiny_float_tflite,
