@@ -61,7 +61,7 @@ def remove_stale_staging(parent: Path) -> None:
 
 
 def _fsync_tree(folder: Path) -> None:
-    for path in [*folder.iterdir(), folder]:
+    for path in [*folder.rglob("*"), folder]:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -113,7 +113,9 @@ def write_bundle(output: Path, files: dict[str, bytes]) -> Path:
                                     dir=parent))
     try:
         for name, content in files.items():
-            (staging / name).write_bytes(content)
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
         os.chmod(staging, 0o755)
         _fsync_tree(staging)
         _publish(staging, output)

@@ -26,6 +26,7 @@ from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError, DataError
 from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
+from edgeopt.snippets import usage_snippets
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
 from edgeopt.validate import Validation, compare
 
@@ -297,7 +298,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                          evaluation)
     files = {manifest["model"]["file"]: artifact.content, MANIFEST: manifest_bytes(manifest),
              "report.html": render_report(manifest).encode(),
-             "edgeopt.toml": config.to_toml(output).encode()}
+             "edgeopt.toml": config.to_toml(output).encode(), **usage_snippets(manifest)}
     progress(f"writing {output}")
     write_bundle(output, files)
     return BuildResult(output, manifest)

@@ -30,6 +30,10 @@ def _validate_schema(manifest: dict) -> None:
     jsonschema.validate(manifest, schema, format_checker=jsonschema.FormatChecker())
 
 
+def _contents(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
 def _check_bundle(folder, fmt: str):
     import hashlib
 
@@ -42,7 +46,11 @@ def _check_bundle(folder, fmt: str):
     assert manifest["model"]["sha256"] == hashlib.sha256(content).hexdigest()
     assert manifest["model"]["size_bytes"] == len(content)
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [model_file.name, "manifest.json", "report.html", "edgeopt.toml"])
+        [model_file.name, "manifest.json", "report.html", "edgeopt.toml", "usage"])
+    snippets = {p.name for p in (folder / "usage").iterdir()}
+    assert "predict.py" in snippets
+    if fmt == "tflite":
+        assert {"EdgeoptModel.kt", "EdgeoptModel.swift"} <= snippets
     assert manifest["placement"] is None and manifest["placement_note"]
     assert manifest["estimate"] is None and manifest["estimate_note"]
     for package in ("tensorflow", "onnxruntime", "ai-edge-litert", "edgeopt"):
@@ -109,6 +117,44 @@ def test_the_artifact_runs_in_litert_and_matches_the_manifest(sample_builds):
         out = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
         correct += int(out.argmax() == label)
     assert correct >= 47
+
+
+@pytest.mark.parametrize("fmt", ["keras", "onnx"])
+def test_python_snippet_reproduces_the_validation(sample_builds, fmt):
+    import subprocess
+    import sys
+
+    folder = sample_builds[fmt]
+    out = subprocess.run([sys.executable, str(folder / "usage" / "predict.py"),
+                          str(SAMPLES / "digits_eval.npz")], capture_output=True, text=True,
+                         timeout=120, check=True)
+    predictions = np.array(json.loads(out.stdout)["argmax"])
+    accuracy = float(np.mean(predictions == np.load(SAMPLES / "digits_eval.npz")["labels"]))
+    assert accuracy == pytest.approx(_manifest(folder)["accuracy"]["value"], abs=1e-6)
+
+
+def test_python_snippet_preprocesses_images_like_the_build(run_cli, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "img"
+    assert run_cli("build", SAMPLES / "digits_cnn.onnx", "--calib", SAMPLES / "images",
+                   "-o", out).exit_code == 0
+    images = sorted(str(p) for p in (SAMPLES / "images").iterdir())
+    result = subprocess.run([sys.executable, str(out / "usage" / "predict.py"), *images],
+                            capture_output=True, text=True, timeout=120, check=True)
+    predictions = json.loads(result.stdout)["argmax"]
+    # the same images through edgeopt's own loader and runner give the same answers
+    from edgeopt.data import load_dataset
+    from edgeopt.model import load_model
+    from edgeopt.runtime import LayoutAdapter, TFLiteRunner
+
+    manifest = _manifest(out)
+    handle = load_model(SAMPLES / "digits_cnn.onnx")
+    data = load_dataset(str(SAMPLES / "images"), handle.inputs)
+    runner = LayoutAdapter(TFLiteRunner(out / manifest["model"]["file"], ["image"]),
+                           {"image": (0, 2, 3, 1)})
+    assert predictions == runner.run(data.arrays)[0].argmax(1).tolist()
 
 
 def test_config_file_reproduces_the_build(sample_builds, run_cli, tmp_path):
@@ -246,11 +292,11 @@ def test_failed_build_keeps_the_existing_bundle(run_cli, tmp_path, tiny_onnx_pat
                                                 tiny_nhwc_data):
     out = tmp_path / "keep"
     assert run_cli("build", tiny_onnx_path, "--calib", "random", "-o", out).exit_code == 0
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = _contents(out)
     np.savez(tmp_path / "bad.npz", input=np.full((4, 3, 16, 16), np.inf, np.float32))
     assert_user_error(run_cli("build", tiny_onnx_path, "--calib", tmp_path / "bad.npz",
                               "-o", out), "NaN/Inf")
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert _contents(out) == before
     assert not [p for p in tmp_path.iterdir() if "staging" in p.name]
 
 

@@ -93,18 +93,22 @@ def test_sigkill_during_writes_never_leaves_a_mixture(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dist"]
 
 
+def _contents(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
 def test_sigkill_during_a_real_build_keeps_the_old_bundle(tmp_path):
     out = tmp_path / "dist"
     args = [sys.executable, "-m", "edgeopt.cli", "build", str(SAMPLES / "digits_cnn.keras"),
             "--calib", str(SAMPLES / "digits_calib.npz"), "-o", str(out)]
     assert subprocess.run(args, capture_output=True, timeout=300).returncode == 0
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = _contents(out)
     for delay in (2.0, 4.0, 6.0):
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        now = {p.name: p.read_bytes() for p in out.iterdir()}
+        now = _contents(out)
         if now != before:  # the kill came after the swap: the new bundle must be whole
             manifest = json.loads(now["manifest.json"])
             assert set(now) == set(before) and manifest["model"]["file"] in now
