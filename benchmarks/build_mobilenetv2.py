@@ -22,7 +22,9 @@ Steps:
    build process's own ru_maxrss from wait4. Targets: <= 60 s wall, <= 3 GiB peak RSS.
 3. Convert the same model to a float .tflite with `edgeopt convert`, and time the float
    .tflite and the bundle's int8 .tflite on this host with ai_edge_litert's
-   Interpreter(num_threads=2): warm-up invokes, then timed invokes, median.
+   Interpreter(num_threads=2): 10 warm-up invokes each, then 50 timed invokes each,
+   taken in interleaved blocks of 10 (float, int8, float, ...) so that load from other
+   processes falls on both alike; median.
    Target: int8 median <= 0.6x float median. The int8 model takes int8 input (pixel-npu);
    it gets random int8, the float model random floats in [-1, 1].
 
@@ -260,28 +262,50 @@ def random_input(detail: dict[str, Any], rng: np.random.Generator) -> np.ndarray
     return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
 
 
-def time_invokes(model_path: Path, threads: int, warmup: int, runs: int,
-                 seed: int) -> dict[str, Any]:
-    """Median/min/p90 milliseconds of `runs` invokes after `warmup` untimed ones."""
+def load_interpreter(model_path: Path, threads: int, seed: int):
+    """A LiteRT Interpreter with tensors allocated and a random input set."""
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(model_path), num_threads=threads)
     interpreter.allocate_tensors()
     detail = interpreter.get_input_details()[0]
     interpreter.set_tensor(detail["index"], random_input(detail, np.random.default_rng(seed)))
-    for _ in range(warmup):
-        interpreter.invoke()
+    return interpreter
+
+
+def timed_invokes(interpreter, count: int) -> list[float]:
+    """Milliseconds of `count` back-to-back invokes."""
     times = []
-    for _ in range(runs):
+    for _ in range(count):
         start = time.perf_counter()
         interpreter.invoke()
         times.append((time.perf_counter() - start) * 1000)
-    times.sort()
-    return {"model": str(model_path.name), "bytes": model_path.stat().st_size,
-            "input_dtype": np.dtype(detail["dtype"]).name, "threads": threads,
-            "warmup": warmup, "runs": runs, "median_ms": statistics.median(times),
-            "min_ms": times[0], "p90_ms": times[int(0.9 * (len(times) - 1))],
-            "max_ms": times[-1]}
+    return times
+
+
+def time_models(paths: dict[str, Path], threads: int, warmup: int, runs: int, block: int,
+                seed: int) -> dict[str, dict[str, Any]]:
+    """Per model: `warmup` untimed invokes, then `runs` timed ones taken in interleaved
+    blocks of `block` (float, int8, float, ...), so that load from other processes on a
+    shared machine falls on both models alike. Median, min, p90, max in ms."""
+    interpreters = {name: load_interpreter(path, threads, seed) for name, path in paths.items()}
+    for interpreter in interpreters.values():
+        timed_invokes(interpreter, warmup)
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    while any(len(t) < runs for t in times.values()):
+        for name, interpreter in interpreters.items():
+            times[name] += timed_invokes(interpreter, min(block, runs - len(times[name])))
+    return {name: latency_record(paths[name], interpreters[name], sorted(times[name]),
+                                 threads, warmup) for name in paths}
+
+
+def latency_record(path: Path, interpreter, times: list[float], threads: int,
+                   warmup: int) -> dict[str, Any]:
+    dtype = np.dtype(interpreter.get_input_details()[0]["dtype"]).name
+    return {"model": path.name, "bytes": path.stat().st_size, "input_dtype": dtype,
+            "threads": threads, "warmup": warmup, "runs": len(times),
+            "median_ms": statistics.median(times), "min_ms": times[0],
+            "p90_ms": times[int(0.9 * (len(times) - 1))], "max_ms": times[-1]}
 
 
 # --- report ----------------------------------------------------------------------------
@@ -345,7 +369,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--poll-ms", type=float, default=50.0, help="RSS poll interval")
     parser.add_argument("--threads", type=int, default=2, help="Interpreter num_threads")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=50, help="timed invokes per model")
+    parser.add_argument("--block", type=int, default=10,
+                        help="timed invokes per model before switching to the other")
     parser.add_argument("--keep", type=Path, default=None,
                         help="work in this (new or empty) folder and keep it")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
@@ -362,14 +388,15 @@ def benchmark(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     stats, manifest = run_build(workdir, args.poll_ms / 1000)
     float_path, convert_s = convert_float(workdir)
     int8_path = workdir / "out" / manifest["model"]["file"]
-    latency = {name: time_invokes(path, args.threads, args.warmup, args.runs, args.seed)
-               for name, path in (("float", float_path), ("int8", int8_path))}
+    latency = time_models({"float": float_path, "int8": int8_path}, args.threads,
+                          args.warmup, args.runs, args.block, args.seed)
     checks = targets(stats, latency["float"]["median_ms"], latency["int8"]["median_ms"])
     print_report(stats, latency, checks)
     return {"load_average_at_start": load_start, "prepare": prepared,
             "command": " ".join(build_command(workdir)),
             "build": asdict(stats), "accuracy": manifest["accuracy"],
             "validation": manifest["validation"], "sizes": manifest["sizes"],
+            "notes": manifest.get("notes", []),
             "converter": manifest["conversion"].get("converter"),
             "float_convert_seconds": convert_s, "latency": latency, "targets": checks}
 
@@ -391,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print_validation(record["validation"], record["sizes"])
+    for note in record["notes"]:
+        print(f"edgeopt note: {note}")
     print(f"wrote {write_results(args.name, record, args.results_dir)}")
     return 0
 

@@ -97,6 +97,7 @@ def measure_format(fmt: str, device: str, repeats: int) -> dict[str, Any]:
         "sizes": sizes,
         "size_ratio": ratio,
         "validation": first["validation"],
+        "notes": first.get("notes", []),
         "recipe": first["recipe"],
         "converter": first["conversion"].get("converter"),
         "wall_seconds": summarize(walls),

@@ -40,6 +40,7 @@ class RangeChoice:
     method: str
     error: float
     errors: dict[str, float] = field(default_factory=dict)
+    candidates: dict[str, Range] = field(default_factory=dict)
 
 
 def minmax(hist: Histogram, settings: EstimatorSettings) -> Range:
@@ -147,4 +148,4 @@ def choose_range(hist: Histogram, method: str,
     highs = np.array([r[1] for r in ranges.values()])
     errors = dict(zip(names, range_errors(hist, lows, highs, settings.bits).tolist()))
     best = min(names, key=lambda n: (errors[n], names.index(n)))
-    return RangeChoice(*ranges[best], best, errors[best], errors)
+    return RangeChoice(*ranges[best], best, errors[best], errors, ranges)

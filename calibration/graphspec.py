@@ -68,6 +68,7 @@ class CalibGraph:
     weights: dict[str, np.ndarray] = field(repr=False)   # canonical, by weight tensor name
     biases: dict[str, np.ndarray] = field(repr=False)    # (O,), by bias tensor name
     ops: tuple[OpInfo, ...] = ()
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeopt.calibration.graphspec import ConvGeometry, Layer, LayerKind
+from edgeopt.calibration.graphspec import CalibGraph, ConvGeometry, Layer, LayerKind
 
 
 def to_nchw(layer: Layer, x: np.ndarray) -> np.ndarray:
@@ -51,8 +51,10 @@ def conv_patches(layer: Layer, x: np.ndarray, max_rows: int,
     return rows.reshape(len(picks), c * kh * kw)
 
 
-def dense_rows(x: np.ndarray, max_rows: int, rng: np.random.Generator) -> np.ndarray:
-    rows = x.reshape(-1, x.shape[-1])
+def dense_rows(x: np.ndarray, features: int, max_rows: int,
+               rng: np.random.Generator) -> np.ndarray:
+    """Input rows of a dense layer (TFLite and MatMul flatten leading dimensions)."""
+    rows = x.reshape(-1, features)
     if len(rows) > max_rows:
         rows = rows[rng.choice(len(rows), max_rows, False)]
     return rows
@@ -68,15 +70,15 @@ class LayerInputStats:
     hessian: np.ndarray | None = field(default=None, repr=False)
 
     def update(self, patches: np.ndarray) -> None:
-        p = patches.astype(np.float64, copy=False)
+        p = patches.astype(np.float32, copy=False)
         if self.total is None:
             self.total = np.zeros(p.shape[1])
             if self.with_hessian:
                 self.hessian = np.zeros((p.shape[1], p.shape[1]))
         self.rows += len(p)
-        self.total += p.sum(axis=0)
+        self.total += p.sum(axis=0, dtype=np.float64)
         if self.with_hessian:
-            self.hessian += p.T @ p
+            self.hessian += p.T @ p  # float32 product, float64 running sum
 
     @property
     def mean(self) -> np.ndarray:
@@ -86,14 +88,16 @@ class LayerInputStats:
 class LayerStatsCollector:
     """Feeds each layer's input batches into its `LayerInputStats`."""
 
-    def __init__(self, layers: tuple[Layer, ...], hessian_layers: set[str],
-                 max_rows: int = 2048, seed: int = 0):
-        self.layers = {layer.input: [] for layer in layers}
+    def __init__(self, graph: CalibGraph, hessian_layers: set[str],
+                 max_rows: int = 512, mean_rows: int = 128, seed: int = 0):
+        layers = graph.layers
+        self.features = {layer.name: graph.weights[layer.weight].shape[1] for layer in layers}
+        self.layers: dict[str, list[Layer]] = {layer.input: [] for layer in layers}
         for layer in layers:
             self.layers[layer.input].append(layer)
         self.stats = {layer.name: LayerInputStats(layer.name in hessian_layers)
                       for layer in layers}
-        self.max_rows = max_rows
+        self.max_rows, self.mean_rows = max_rows, mean_rows
         self.rng = np.random.default_rng(seed)
 
     @property
@@ -108,6 +112,7 @@ class LayerStatsCollector:
                 self.stats[layer.name].update(self._patches(layer, batch[tensor]))
 
     def _patches(self, layer: Layer, x: np.ndarray) -> np.ndarray:
+        rows = self.max_rows if self.stats[layer.name].with_hessian else self.mean_rows
         if layer.kind == LayerKind.DENSE:
-            return dense_rows(x, self.max_rows, self.rng)
-        return conv_patches(layer, x.astype(np.float32, copy=False), self.max_rows, self.rng)
+            return dense_rows(x, self.features[layer.name], rows, self.rng)
+        return conv_patches(layer, x.astype(np.float32, copy=False), rows, self.rng)

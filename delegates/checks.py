@@ -6,6 +6,7 @@ Delegate modules add their own op-specific checks next to these.
 
 from __future__ import annotations
 
+from edgeopt.delegates.rules import Verdict
 from edgeopt.delegates.view import FLOAT_DTYPES, OpView
 
 CONTROL_FLOW_OPS = frozenset({"WHILE", "IF", "CALL", "CALL_ONCE", "STABLEHLO_WHILE",
@@ -84,6 +85,14 @@ def static_shapes(v: OpView) -> tuple[bool, str]:
     return False, f"{_names(bad)} has shape {list(bad[0].shape_signature)}"
 
 
+def shape_input_constant(v: OpView) -> tuple[bool, str]:
+    """Shape inputs (a RESHAPE target, a resize size) must be constants, not computed at run time"""
+    position = v.param("shape_input", 1)
+    if position >= len(v.op.inputs) or v.op.inputs[position] < 0:
+        return bool(v.opt("new_shape")) or v.name != "RESHAPE", "empty target shape"
+    return v.is_static(position), f"input {position} is computed at run time"
+
+
 def per_tensor_activations(v: OpView) -> tuple[bool, str]:
     """Quantized activations must use one scale per tensor (per-tensor quantization)"""
     bad = [t for t in v.data_tensors if t.quantization is not None and t.quantization.per_channel]
@@ -125,7 +134,56 @@ def float_op_in_integer_graph(v: OpView) -> tuple[bool, str]:
     return False, f"{where}: {floats[0].dtype} tensor {_names(floats)}"
 
 
+def weight_quantization(v: OpView) -> tuple[bool, str]:
+    """Quantized weights: signed 8-bit (4-bit for CONV_2D / FULLY_CONNECTED), zero offset when
+    per-channel, per-channel only along output channels"""
+    filt = v.input(1)
+    if filt is None or filt.dtype in FLOAT_DTYPES:
+        return True, ""
+    q = filt.quantization
+    if filt.dtype == "int4" and v.name not in ("CONV_2D", "FULLY_CONNECTED"):
+        return False, f"int4 weights on {v.name}"
+    if filt.dtype not in ("int8", "uint8", "int4") or q is None:
+        return False, f"{filt.dtype} weights"
+    if q.per_channel and (filt.dtype == "uint8" or any(q.zero_point)):
+        return False, "per-channel weights with non-zero offsets"
+    axis = v.param("filter_axis", 0)
+    return not q.per_channel or q.axis == axis, f"per-channel axis {q.axis}, expected {axis}"
+
+
+def unpack_static_weights(rules, views: dict, verdicts: dict) -> dict:
+    """DEQUANTIZE/DENSIFY of a constant is folded into the delegate when every consumer is
+    delegated (XNNPACK unpacks the weights at init); otherwise it stays on the CPU."""
+    out = dict(verdicts)
+    for index, view in views.items():
+        if not _is_static_unpack(view):
+            continue
+        consumers = view.consumers_of_outputs()
+        if consumers and all(verdicts.get(c, Verdict(False)).ok for c in consumers):
+            out[index] = Verdict(True)
+        else:
+            out[index] = Verdict(False, "static_unpack_consumers",
+                                 "Weight unpacking (DEQUANTIZE of a constant) is delegated only "
+                                 "when every consumer is delegated")
+    return out
+
+
+def _is_static_unpack(view: OpView) -> bool:
+    if view.name not in ("DEQUANTIZE", "DENSIFY") or not view.is_static(0):
+        return False
+    src, out = view.input(0), view.output(0)
+    if src is None or out is None:
+        return False
+    if view.name == "DENSIFY":
+        return src.dtype == out.dtype
+    int8_ok = src.dtype == "int8" and src.quantization is not None
+    return out.dtype == "float32" and (src.dtype == "float16" or int8_ok)
+
+
+
 GENERIC = {fn.__name__: fn for fn in (
     not_flex, not_custom, no_control_flow, in_main_subgraph, no_string_tensors, op_in_table,
-    op_version, data_dtypes, data_rank, static_shapes, per_tensor_activations,
-    quantized_activations, fused_activation, weights_constant, float_op_in_integer_graph)}
+    op_version, data_dtypes, data_rank, static_shapes, shape_input_constant,
+    per_tensor_activations,
+    quantized_activations, fused_activation, weights_constant, float_op_in_integer_graph,
+    weight_quantization)}

@@ -29,6 +29,20 @@ def suggest(delegate: str, title: str, rule: str | None, view: OpView | None) ->
     return _fill(text, title, view)
 
 
+def replacement(delegate: str, title: str, op: str) -> str:
+    """What to use instead of ``op`` when ``delegate`` has no kernel for it."""
+    return _replacement(delegate, title, op)
+
+
+def rule_text(rule: str, op: str, title: str) -> str:
+    """The rewrite of ``rule`` for an op known only by name (no view: e.g. Vela's verdicts)."""
+    text = _rule_text(rule, None)
+    try:
+        return text.format(op=op, delegate=title, custom="", version="", dtype="")
+    except (KeyError, IndexError):
+        return text
+
+
 def _replacement(delegate: str, title: str, op: str) -> str:
     table = _table()
     specific = table.get("replace_for", {}).get(delegate, {})
@@ -42,7 +56,14 @@ def _rule_text(rule: str, view: OpView | None) -> str:
     entry = _table()["rules"].get(rule, "")
     if isinstance(entry, str):
         return entry
-    return entry.get(_dtype_case(view), entry.get("default", ""))
+    if view is None:
+        return entry.get("default", "")
+    case = _float_case(view) if rule == "float_op_in_integer_graph" else _dtype_case(view)
+    return entry.get(case, entry.get("default", ""))
+
+
+def _float_case(view: OpView | None) -> str:
+    return "default" if view is None or view.index.integer_graph else "float_model"
 
 
 def _dtype_case(view: OpView | None) -> str:

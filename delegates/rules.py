@@ -8,7 +8,7 @@ types it takes (versions, dtypes, ranks, which specific checks apply) plus its c
 
     >>> rules = registry.load_delegate_rules("xnnpack")         # doctest: +SKIP
     >>> rules.evaluate(view)                                    # doctest: +SKIP
-    Verdict(ok=False, rule='softmax_beta_one', constraint='SOFTMAX beta must be 1', detail='beta is 0.5')
+    Verdict(ok=False, rule='softmax_beta_one', constraint='SOFTMAX beta must be 1', detail='0.5')
 """
 
 from __future__ import annotations
@@ -107,8 +107,9 @@ class DelegateRules:
     def with_settings(self, overrides: Mapping[str, Any]) -> DelegateRules:
         unknown = set(overrides) - set(self.settings)
         if unknown:
-            raise ConfigError(f"delegate '{self.name}' has no option(s) {', '.join(sorted(unknown))}"
-                              f"; known: {', '.join(sorted(self.settings)) or 'none'}")
+            names = ", ".join(sorted(unknown))
+            raise ConfigError(f"delegate '{self.name}' has no option(s) {names}; "
+                              f"known: {', '.join(sorted(self.settings)) or 'none'}")
         merged = {**self.settings, **overrides}
         return DelegateRules(self.name, self.title, self.unit, self.sources, self.notes,
                              self.generic, self.ops, self.specific, self.partitioning,

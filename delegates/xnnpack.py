@@ -10,7 +10,7 @@ checks that need more than a table row are below. Checked against the interprete
 from __future__ import annotations
 
 from edgeopt.delegates import checks as generic
-from edgeopt.delegates.rules import Verdict, build_rules
+from edgeopt.delegates.rules import build_rules
 from edgeopt.delegates.view import FLOAT_DTYPES, OpView
 
 
@@ -34,7 +34,8 @@ def conv_bias_static(v: OpView) -> tuple[bool, str]:
 
 
 def conv_types_match(v: OpView) -> tuple[bool, str]:
-    """Input, filter and output types must agree (float input with int8 filter is dynamic quantization)"""
+    """Input, filter and output types must agree (float input with int8 filter is dynamic
+    quantization)"""
     src, filt, out = v.input(0), v.input(1), v.output(0)
     if src is None or filt is None or out is None:
         return False, "missing tensors"
@@ -172,7 +173,8 @@ def slice_params(v: OpView) -> tuple[bool, str]:
 
 
 def strided_slice_params(v: OpView) -> tuple[bool, str]:
-    """STRIDED_SLICE: constant begin/end/strides, all strides 1, no ellipsis/new-axis/shrink masks"""
+    """STRIDED_SLICE: constant begin/end/strides, all strides 1, no ellipsis/new-axis/shrink
+    masks"""
     for mask in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask"):
         if v.opt(mask, 0):
             return False, f"{mask} = {v.opt(mask)}"
@@ -257,7 +259,8 @@ def fully_connected_params(v: OpView) -> tuple[bool, str]:
 
 
 def fully_connected_types(v: OpView) -> tuple[bool, str]:
-    """FULLY_CONNECTED input and output types must agree; float input with int weights is dynamic quantization"""
+    """FULLY_CONNECTED input and output types must agree; float input with int weights is dynamic
+    quantization"""
     src, filt, out = v.input(0), v.input(1), v.output(0)
     if src is None or filt is None or out is None:
         return False, "missing tensors"
@@ -285,7 +288,8 @@ def leaky_relu_params(v: OpView) -> tuple[bool, str]:
 
 
 def quantize_params(v: OpView) -> tuple[bool, str]:
-    """QUANTIZE from float, or re-quantize within one type with an input/output scale ratio in [1/256, 128]"""
+    """QUANTIZE from float, or re-quantize within one type with an input/output scale ratio in
+    [1/256, 128]"""
     src, out = v.input(0), v.output(0)
     if src is None or out is None or src.dtype in FLOAT_DTYPES:
         return True, ""
@@ -315,33 +319,4 @@ CHECKS = {**generic.GENERIC, **{fn.__name__: fn for fn in (
     fully_connected_types, leaky_relu_params, quantize_params, dequantize_params)}}
 
 
-def unpack_static_weights(rules, views, verdicts: dict) -> dict:
-    """DEQUANTIZE/DENSIFY of a constant is folded into the delegate when every consumer is
-    delegated (XNNPACK unpacks the weights at init); otherwise it stays on the CPU."""
-    out = dict(verdicts)
-    for index, view in views.items():
-        if not _is_static_unpack(view):
-            continue
-        consumers = view.consumers_of_outputs()
-        if consumers and all(verdicts.get(c, Verdict(False)).ok for c in consumers):
-            out[index] = Verdict(True)
-        else:
-            out[index] = Verdict(False, "static_unpack_consumers",
-                                 "Weight unpacking (DEQUANTIZE of a constant) is delegated only "
-                                 "when every consumer is delegated")
-    return out
-
-
-def _is_static_unpack(view: OpView) -> bool:
-    if view.name not in ("DEQUANTIZE", "DENSIFY") or not view.is_static(0):
-        return False
-    src, out = view.input(0), view.output(0)
-    if src is None or out is None:
-        return False
-    if view.name == "DENSIFY":
-        return src.dtype == out.dtype
-    int8_ok = src.dtype == "int8" and src.quantization is not None
-    return out.dtype == "float32" and (src.dtype == "float16" or int8_ok)
-
-
-RULES = build_rules("xnnpack.toml", CHECKS, finalize=unpack_static_weights)
+RULES = build_rules("xnnpack.toml", CHECKS, finalize=generic.unpack_static_weights)

@@ -5,21 +5,28 @@
     'int8'
 
 A profile separates what the device's delegate accepts (kind, delegate, precision,
-IO dtype, formats) from the numbers behind estimates, which the devices issue adds in
-their own tables, each with its source.
+IO dtype, formats) from the numbers behind estimates (`hardware`: compute units, memory,
+links, power; see hardware.py), each with its source.
+
+A profile of the same name in the user's profile folder (``$XDG_CACHE_HOME/edgeopt/
+profiles``, where `edgeopt devices calibrate` writes) takes precedence over the shipped one.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import get_origin, get_type_hints
 
+from edgeopt.devices.figures import TableReader
+from edgeopt.devices.hardware import Hardware, parse_hardware
 from edgeopt.errors import DeviceError
 
-SCHEMA_VERSION = 1
+# Version 2 added the hardware tables (units, memory, links, power).
+SCHEMA_VERSION = 2
 KINDS = ("cpu", "gpu", "npu", "tpu")
 RUNTIMES = ("litert", "onnxruntime")
 PRECISIONS = ("int8", "fp16", "float32")
@@ -39,10 +46,20 @@ class DeviceProfile:
     io_dtype: str
     formats: tuple[str, ...]
     source: str
+    hardware: Hardware | None = field(repr=False, compare=False, default=None)
+    path: str = field(repr=False, compare=False, default="")
 
     def summary(self) -> dict:
         """The fields `edgeopt devices --json` lists."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "schema_version"}
+        record = {f.name: getattr(self, f.name) for f in fields(self)
+                  if f.name not in ("schema_version", "hardware", "path")}
+        if self.hardware is not None:
+            record["main_unit"] = self.hardware.main_unit
+            record["units"] = {name: {"kind": u.kind,
+                                      "peak_ops": {d: f.value for d, f in u.peak_ops.items()}}
+                               for name, u in self.hardware.units.items()}
+        record["file"] = self.path
+        return record
 
 
 _CHOICES = {
@@ -56,6 +73,17 @@ _CHOICES = {
 def _profile_files() -> dict[str, Path]:
     folder = resources.files("edgeopt.devices.profiles")
     return {Path(p.name).stem: Path(str(p)) for p in folder.iterdir() if p.name.endswith(".toml")}
+
+
+def user_profile_dir() -> Path:
+    """Where calibrated profiles live: ``$XDG_CACHE_HOME/edgeopt/profiles``."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "edgeopt" / "profiles"
+
+
+def _user_profile(name: str) -> Path | None:
+    path = user_profile_dir() / f"{name}.toml"
+    return path if path.is_file() else None
 
 
 def profile_names() -> list[str]:
@@ -96,15 +124,22 @@ def parse_profile(path: Path) -> DeviceProfile:
         raise DeviceError(f"device profile {path} is not valid TOML: {exc}") from exc
     version = raw.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise _fail(path, "schema_version", f"must be {SCHEMA_VERSION}, got {version!r}")
-    types = {name: get_origin(hint) or hint for name, hint in get_type_hints(DeviceProfile).items()}
+        raise _fail(path, "schema_version", f"must be {SCHEMA_VERSION}, got {version!r} "
+                    "(version 2 adds the [units], [memory], [links] and [power] tables; "
+                    "see the shipped profiles in edgeopt/devices/profiles)")
+    hints = get_type_hints(DeviceProfile)
+    types = {f.name: get_origin(hints[f.name]) or hints[f.name]
+             for f in fields(DeviceProfile) if f.name not in ("hardware", "path")}
     values = {name: _check_field(path, raw, name, kind) for name, kind in types.items()}
-    return DeviceProfile(**values)
+    hardware = parse_hardware(TableReader(path, "", raw))
+    return DeviceProfile(**values, hardware=hardware, path=str(path))
 
 
 def load_profile(name_or_path: str) -> DeviceProfile:
-    """A shipped profile by name, or a user's profile file by path."""
+    """A profile by name (the user's calibrated one first, then the shipped one) or by path."""
     files = _profile_files()
+    if not name_or_path.endswith(".toml") and (user := _user_profile(name_or_path)):
+        return parse_profile(user)
     if name_or_path in files:
         return parse_profile(files[name_or_path])
     if name_or_path.endswith(".toml"):
@@ -119,4 +154,5 @@ def load_profile(name_or_path: str) -> DeviceProfile:
 
 
 def all_profiles() -> list[DeviceProfile]:
+    """Every shipped profile name, each loaded as `load_profile` would (calibrated first)."""
     return [load_profile(name) for name in profile_names()]

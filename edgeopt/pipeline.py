@@ -26,8 +26,8 @@ from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError, DataError
 from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
-from edgeopt.snippets import usage_snippets
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
+from edgeopt.snippets import usage_snippets
 from edgeopt.validate import Validation, compare
 
 SCHEMA_VERSION = 1

@@ -433,7 +433,7 @@ class LoopbackDevice:
 
     @property
     def port(self) -> int:
-        return self.listener.getsockname()[1]
+        return self._port
 
     @property
     def serial(self) -> str:
@@ -441,6 +441,7 @@ class LoopbackDevice:
 
     def start(self, port: int = 0) -> LoopbackDevice:
         self.listener = socket.create_server(("127.0.0.1", port))
+        self._port = self.listener.getsockname()[1]
         threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
         return self
 
@@ -615,9 +616,13 @@ def _benchmark(flags: dict[str, str]) -> int:
     warm = [_timed_invoke(interpreter) for _ in range(max(warmup, 1))]
     print("Running benchmark for at least 1 iterations and at least 0.5 seconds but terminate "
           f"if exceeding 150 seconds.\ncount={len(warm)} curr={warm[-1]:.0f}\n")
-    steady = [_timed_invoke(interpreter) for _ in range(max(runs, 1))]
-    print(f"Running benchmark for at least {runs} iterations and at least 1 seconds but "
-          f"terminate if exceeding 150 seconds.\n{_stat_line(steady)}\n")
+    min_secs = float(flags.get("min_secs", "1"))
+    print(f"Running benchmark for at least {runs} iterations and at least {min_secs:g} seconds "
+          "but terminate if exceeding 150 seconds.", flush=True)
+    steady, start = [], time.perf_counter()
+    while len(steady) < max(runs, 1) or time.perf_counter() - start < min_secs:
+        steady.append(_timed_invoke(interpreter))
+    print(f"{_stat_line(steady)}\n", flush=True)
     _save_outputs(interpreter, flags)
     print(f"Inference timings in us: Init: {init_us:.0f}, First inference: {warm[0]:.0f}, "
           f"Warmup (avg): {np.mean(warm):g}, Inference (avg): {np.mean(steady):g}")
