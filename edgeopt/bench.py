@@ -1,12 +1,14 @@
-"""`edgeopt bench`: measure models on this host, or on phones over adb, for real.
+"""`edgeopt bench`: measure models for real on this host, on phones over adb, on Linux
+boards over ssh.
 
     >>> outcome = run_bench(BenchConfig(models=(Path("dist/digits_cnn.tflite"),), runs=100))
     >>> outcome.measurements[0].latency.median
 
 One config, one library call (`run_bench`); the click command only builds the config and
 prints. Each measurement is appended to the `--record` file as soon as it exists, so a
-device that fails later never costs the ones already made. With `--adb all` the devices
-run in parallel, each its own models in turn.
+device that fails later never costs the ones already made. With `--adb all` (or several
+`--ssh`) the devices run in parallel, each its own models in turn. The runners live in
+edgeopt.devices.runners.
 """
 
 from __future__ import annotations
@@ -35,9 +37,13 @@ class BenchConfig:
     min_secs: float = 1.0                     # steady runs last at least this long
     warmup: int | None = None                 # None: 5 on the host, 1 on a phone
     threads: int | None = None
+    clock: str = "wall"                       # host only: wall | cpu (one thread)
     delegate: str | None = None               # None: the profile's delegate
     delegate_options: tuple[tuple[str, str], ...] = ()
     adb: str | None = None                    # None: host; '': the only device; 'all'; serial
+    ssh: tuple[str, ...] = ()                 # Linux boards: [user@]host[:port]
+    ssh_options: tuple[str, ...] = ()         # `ssh -o` options
+    runner: str = "auto"                      # auto | benchmark_model | python
     benchmark_binary: str | None = None
     check_numerics: bool = False
     numerics_samples: int | None = None
@@ -52,7 +58,7 @@ class BenchConfig:
     @property
     def single(self) -> bool:
         """One measurement asked for: --json prints DESIGN.md's bench record itself."""
-        return len(self.models) == 1 and self.adb != "all"
+        return len(self.models) == 1 and self.adb != "all" and len(self.ssh) <= 1
 
 
 @dataclass
@@ -123,12 +129,15 @@ def _host_one(config: BenchConfig, model: Path, progress: BenchProgress):
     from edgeopt.model import load_model
 
     profile = _profile(config, "host-cpu")
+    if profile.name != "host-cpu" and profile.delegate == "xnnpack" and not config.delegate:
+        raise ConfigError(f"--device {config.device} is another machine's CPU: measure it "
+                          "there with --adb or --ssh HOST, or leave out --device for this one")
     delegate = config.delegate or (profile.delegate if profile.delegate != "xnnpack" else None)
     warmup = HOST_WARMUP if config.warmup is None else config.warmup
     job = HostBenchmark(model=model, runs=config.runs, min_secs=config.min_secs, warmup=warmup,
                         threads=config.threads, delegate=delegate,
                         delegate_options=config.delegate_options, device=profile.name,
-                        device_kind=profile.kind)
+                        device_kind=profile.kind, clock=config.clock)
     with progress.runs(f"{model.name}", config.runs) as on_run:
         measurement = run_host(job, on_run)
     if config.check_numerics:
@@ -154,57 +163,72 @@ def _run_host(config: BenchConfig, progress: BenchProgress, outcome: BenchOutcom
         outcome.measurements.append(measurement)
 
 
-# --- adb ----------------------------------------------------------------------------------
+# --- remote devices: adb and ssh ---------------------------------------------------------
 
-def _adb_job(config: BenchConfig, model: Path, serial: str):
-    from edgeopt.devices.runners.android import AdbBenchmark
+def _remote_job(config: BenchConfig, model: Path, target: str):
+    from edgeopt.devices.runners.remote import RemoteBenchmark
 
     profile = _profile(config, None)
     samples = (config.numerics_samples or ADB_NUMERICS_SAMPLES) if config.check_numerics else 0
-    return AdbBenchmark(
-        model=model, serial=serial, runs=config.runs, min_secs=config.min_secs,
+    return RemoteBenchmark(
+        model=model, target=target, runs=config.runs, min_secs=config.min_secs,
         warmup=ADB_WARMUP if config.warmup is None else config.warmup, threads=config.threads,
         delegate=config.delegate or (profile.delegate if profile else None),
         delegate_options=config.delegate_options, device=profile.name if profile else None,
-        device_kind=profile.kind if profile else None,
+        device_kind=profile.kind if profile else None, runner=config.runner,
         benchmark_binary=config.benchmark_binary, timeout_s=config.timeout_s,
         idle_s=config.idle_s, measure_power=config.power, power_secs=config.power_secs,
-        numerics_samples=samples,
-        numerics_inputs=config.inputs, extra_args=config.benchmark_args)
+        numerics_samples=samples, numerics_inputs=config.inputs,
+        extra_args=config.benchmark_args,
+        remote_root="/tmp" if config.ssh else "/data/local/tmp")
 
 
-def _adb_device(config: BenchConfig, serial: str, progress: BenchProgress,
-                outcome: BenchOutcome, lock: threading.Lock) -> None:
-    from edgeopt.devices.runners.android import run_adb
-
+def _remote_device(config: BenchConfig, target: str, measure: Callable,
+                   outcome: BenchOutcome, lock: threading.Lock) -> None:
+    """One device's models in turn; a device that vanished is not tried again."""
     for model in config.models:
         try:
-            measurement = run_adb(_adb_job(config, model, serial), progress.message)
+            measurement = measure(_remote_job(config, model, target))
         except EdgeoptError as exc:
             with lock:
-                outcome.errors.append(f"{serial}: {model.name}: {exc}" if not config.single
-                                      else str(exc))
-            if isinstance(exc, DeviceError) and "lost the connection" in str(exc):
-                return  # the device is gone: its other models would fail the same way
+                outcome.errors.append(str(exc) if config.single
+                                      else f"{target}: {model.name}: {exc}")
+            if "lost the connection" in str(exc):
+                return
             continue
         _record(config, measurement)
         with lock:
             outcome.measurements.append(measurement)
 
 
-def _run_adb(config: BenchConfig, progress: BenchProgress, outcome: BenchOutcome) -> None:
+def _targets(config: BenchConfig, progress: BenchProgress) -> tuple[list[str], Callable]:
+    if config.ssh:
+        from edgeopt.devices.runners.ssh import run_ssh
+
+        options = tuple(arg for opt in config.ssh_options for arg in ("-o", opt))
+        return list(config.ssh), lambda job: run_ssh(job, options=options,
+                                                     progress=progress.message)
     from edgeopt.devices.runners import adb
+    from edgeopt.devices.runners.android import run_adb
 
     serials = adb.resolve_serials(config.adb, adb.AdbClient(binary=adb.adb_binary()))
+    return serials, lambda job: run_adb(job, progress=progress.message)
+
+
+def _run_remote(config: BenchConfig, progress: BenchProgress, outcome: BenchOutcome) -> None:
+    """Every device in parallel (one thread each: the work happens on the devices)."""
+    from edgeopt.devices.runners.processes import stop_all
+
+    targets, measure = _targets(config, progress)
     lock = threading.Lock()
     try:
-        with ThreadPoolExecutor(max_workers=len(serials)) as pool:
-            futures = [pool.submit(_adb_device, config, s, progress, outcome, lock)
-                       for s in serials]
+        with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+            futures = [pool.submit(_remote_device, config, t, measure, outcome, lock)
+                       for t in targets]
             for future in futures:
                 future.result()
     except KeyboardInterrupt:
-        adb.stop_all()
+        stop_all()
         raise
 
 
@@ -214,10 +238,10 @@ def run_bench(config: BenchConfig, progress: BenchProgress | None = None) -> Ben
     _check(config)
     progress = progress or BenchProgress()
     outcome = BenchOutcome(config)
-    if config.adb is None:
+    if config.adb is None and not config.ssh:
         _run_host(config, progress, outcome)
     else:
-        _run_adb(config, progress, outcome)
+        _run_remote(config, progress, outcome)
     if config.single and outcome.errors:
         raise DeviceError(outcome.errors[0])
     return outcome
@@ -231,8 +255,13 @@ def _check(config: BenchConfig) -> None:
             raise ModelLoadError(f"model not found: {model}")
     if config.inputs and not config.check_numerics:
         raise ConfigError("--inputs feeds --check-numerics; add --check-numerics")
-    if config.adb is None and config.benchmark_binary:
-        raise ConfigError("--benchmark-binary runs on a device: add --adb")
+    if config.adb is None and not config.ssh and config.benchmark_binary:
+        raise ConfigError("--benchmark-binary runs on a device: add --adb or --ssh")
+    if config.adb is not None and config.ssh:
+        raise ConfigError("choose --adb or --ssh, not both")
+    if config.clock == "cpu" and (config.threads != 1 or config.adb is not None or config.ssh):
+        raise ConfigError("--clock cpu times the calling thread: it needs --threads 1, on "
+                          "the host")
 
 
 # --- the command ----------------------------------------------------------------------------
@@ -265,7 +294,7 @@ def _models_and_adb(models: tuple[str, ...], adb: str | None) -> tuple[tuple[str
     return models, adb
 
 
-@click.command("bench", epilog=f"\b\nExamples:\n  {EXAMPLE}\n"
+@click.command("bench", epilog=f"\b\nExample:\n  {EXAMPLE}\n"
                "  edgeopt bench model.tflite --device pixel-gpu --adb --check-numerics\n"
                "  edgeopt bench a.tflite b.tflite --adb all --record")
 @click.argument("models", nargs=-1)
@@ -281,6 +310,9 @@ def _models_and_adb(models: tuple[str, ...], adb: str | None) -> tuple[tuple[str
                    "over adb).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="CPU threads (default: the runtime's choice).")
+@click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall",
+              show_default=True, help="Host runs: wall time, or the thread's CPU time "
+              "(with --threads 1: leaves out preemption by other work on a busy machine).")
 @click.option("--delegate", default=None, help="Delegate NAME (xnnpack, none, gpu, nnapi, "
               "qnn-htp, edgetpu, ...) or PATH to a delegate library (default: the profile's).")
 @click.option("--delegate-option", "delegate_options", multiple=True, metavar="KEY=VALUE",
@@ -288,6 +320,15 @@ def _models_and_adb(models: tuple[str, ...], adb: str | None) -> tuple[tuple[str
 @click.option("--adb", is_flag=False, flag_value="", default=None, metavar="[SERIAL|all]",
               help="Run on an Android device with benchmark_model: the only one (no value), "
                    "SERIAL, or all connected devices in parallel.")
+@click.option("--ssh", multiple=True, metavar="[USER@]HOST[:PORT]",
+              help="Run on a Linux board over the system ssh client (repeatable: boards in "
+                   "parallel).")
+@click.option("--ssh-option", "ssh_options", multiple=True, metavar="OPTION",
+              help="Extra `ssh -o OPTION` (repeatable), e.g. IdentityFile=~/.ssh/board.")
+@click.option("--runner", type=click.Choice(["auto", "benchmark_model", "python"]),
+              default="auto", show_default=True,
+              help="On the device: TFLite's benchmark_model, or edgeopt's remote_bench.py "
+                   "under the device's python3 (auto: benchmark_model when there is one).")
 @click.option("--benchmark-binary", default=None, help="benchmark_model to use: a local file "
               "to push, or a path on the device (default: /data/local/tmp/benchmark_model or "
               "PATH).")
@@ -313,22 +354,14 @@ def _models_and_adb(models: tuple[str, ...], adb: str | None) -> tuple[tuple[str
                    "that `edgeopt devices calibrate` reads).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object on stdout and nothing else there.")
-def bench_command(models, device, runs, min_secs, warmup, threads, delegate, delegate_options, adb,
-                  benchmark_binary, benchmark_args, check_numerics, numerics_samples, inputs,
-                  timeout_s, idle_s, power_secs, no_power, record, as_json):
-    """Measure latency, memory, power and numerics of MODELS, here or on a phone over adb."""
+def bench_command(models: tuple[str, ...], **options) -> None:
+    """Measure latency, memory, power and numerics of MODELS, here, on phones over adb, or
+    on Linux boards over ssh."""
     from edgeopt.devices.runners.report_text import render_outcome
     from edgeopt.quiet import library_output_to_log
 
-    models, adb = _models_and_adb(models, adb)
-    config = BenchConfig(
-        models=tuple(Path(m) for m in models), device=device, runs=runs, min_secs=min_secs,
-        warmup=warmup,
-        threads=threads, delegate=delegate, delegate_options=_options(delegate_options),
-        adb=adb, benchmark_binary=benchmark_binary, check_numerics=check_numerics,
-        numerics_samples=numerics_samples, inputs=inputs, timeout_s=timeout_s, idle_s=idle_s,
-        power_secs=power_secs, power=not no_power, record=_record_path(record),
-        benchmark_args=benchmark_args)
+    as_json = options.pop("as_json")
+    config = config_from_options(models, options)
     progress = BenchProgress() if as_json else TerminalProgress()
     with library_output_to_log():
         outcome = run_bench(config, progress)
@@ -342,3 +375,12 @@ def bench_command(models, device, runs, min_secs, warmup, threads, delegate, del
         raise DeviceError(f"{len(outcome.errors)} of "
                           f"{len(outcome.errors) + len(outcome.measurements)} measurements "
                           f"failed; first: {outcome.errors[0]}")
+
+
+def config_from_options(models: tuple[str, ...], options: dict) -> BenchConfig:
+    """The command's flags as one BenchConfig (flag names are the config's, except these)."""
+    models, adb = _models_and_adb(models, options.pop("adb"))
+    options["delegate_options"] = _options(options["delegate_options"])
+    options["record"] = _record_path(options["record"])
+    options["power"] = not options.pop("no_power")
+    return BenchConfig(models=tuple(Path(m) for m in models), adb=adb, **options)

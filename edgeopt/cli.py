@@ -257,6 +257,16 @@ def devices(as_json):
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
+def _register_commands() -> None:
+    """Commands whose code lives with their stage; their modules import nothing heavy."""
+    from edgeopt.bench import bench_command
+
+    cli.add_command(bench_command, "bench")
+
+
+_register_commands()
+
+
 def main() -> None:
     cli.main(prog_name="edgeopt")
 

@@ -247,6 +247,10 @@ class SyncStream(Stream):
         super().on_peer_close()
         self.inbox.put(None)
 
+    def close(self) -> None:
+        super().close()
+        self.inbox.put(None)
+
     def _work(self) -> None:
         while (data := self.inbox.get()) is not None:
             self._parse(data)

@@ -68,13 +68,14 @@ class BenchmarkModelOutput:
         return None if count is None else int(count)
 
     def latency(self) -> Latency:
-        """The steady runs' distribution; p90/p99 are None: the tool does not print them."""
+        """The steady runs' distribution; None where the tool printed no figure
+        (benchmark_model has no p90/p99; edgeopt's remote_bench.py prints them)."""
         s = {k: v / 1000.0 for k, v in self.steady_us.items()}
         mean = s.get("avg", self.inference_avg_ms)
         if mean is None:
             raise BenchmarkOutputError("benchmark_model reported no inference timings")
-        return Latency(mean=mean, median=s.get("median"), min=s.get("min"),
-                       max=s.get("max"), std=s.get("std"))
+        return Latency(mean=mean, median=s.get("median"), p90=s.get("p90"), p99=s.get("p99"),
+                       min=s.get("min"), max=s.get("max"), std=s.get("std"))
 
 
 def _stat_fields(text: str) -> dict[str, float]:

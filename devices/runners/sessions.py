@@ -1,0 +1,139 @@
+"""A model loaded for timing on this host: LiteRT for .tflite, onnxruntime for .onnx.
+
+    >>> session = open_session(handle, threads=2, delegate=host_delegate(None))
+    >>> session.set_inputs(random_inputs(handle.inputs, seed=0))
+    >>> session.invoke()
+
+`invoke` runs the model once on inputs set beforehand, as benchmark_model does; `runner()`
+gives the `edgeopt.runtime` runner interface (float in, float out, quantized IO handled)
+that the numerics check feeds whole datasets through.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import numpy as np
+
+from edgeopt.devices.runners.delegates import HostDelegate
+from edgeopt.errors import DeviceError, ModelLoadError, first_line
+from edgeopt.model import ModelHandle, TensorSpec
+from edgeopt.runtime import TFLiteRunner
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def random_inputs(specs: tuple[TensorSpec, ...], seed: int = 0,
+                  count: int = 1) -> dict[str, np.ndarray]:
+    """`count` seeded samples per input in the tensor's own dtype (dynamic dimensions -> 1):
+    floats in [0, 1), 8-bit integers over their range, wider integers in 0..99."""
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for spec in specs:
+        shape = tuple(1 if d < 0 else d for d in spec.shape) or (1,)
+        shape = (count * shape[0],) + shape[1:]
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            feed[spec.name] = rng.random(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feed[spec.name] = rng.integers(0, 2, shape).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            low, high = (info.min, info.max) if dtype.itemsize == 1 else (0, 99)
+            feed[spec.name] = rng.integers(low, high, shape, endpoint=True).astype(dtype)
+    return feed
+
+
+class _InterpreterRunner(TFLiteRunner):
+    """edgeopt.runtime's TFLite runner around an interpreter built here."""
+
+    def __init__(self, interpreter):
+        self.interpreter = interpreter
+        self.input_details = interpreter.get_input_details()
+        self.output_details = interpreter.get_output_details()
+        self.input_names = [d["name"] for d in self.input_details]
+
+
+class LiteRTSession:
+    def __init__(self, handle: ModelHandle, threads: int | None, delegate: HostDelegate):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        loaded = delegate.load()
+        resolver = (OpResolverType.AUTO if delegate.default_delegates
+                    else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        try:
+            self.interpreter = Interpreter(
+                model_path=str(handle.path), num_threads=threads,
+                experimental_delegates=[loaded] if loaded else None,
+                experimental_op_resolver_type=resolver)
+            self.interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as exc:
+            raise ModelLoadError(f"LiteRT cannot run {handle.path} with {delegate.label}: "
+                                 f"{first_line(exc)}") from exc
+        self.label = f"LiteRT {_version('ai-edge-litert')}, {delegate.label}"
+        self._indices = [d["index"] for d in self.interpreter.get_input_details()]
+
+    def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
+        for index, value in zip(self._indices, feed.values()):
+            self.interpreter.set_tensor(index, value)
+
+    def invoke(self) -> None:
+        self.interpreter.invoke()
+
+    def runner(self) -> TFLiteRunner:
+        return _InterpreterRunner(self.interpreter)
+
+
+class OrtSession:
+    def __init__(self, handle: ModelHandle, threads: int | None, optimize: bool = True):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if threads:
+            options.intra_op_num_threads = threads
+        level = "ORT_ENABLE_ALL" if optimize else "ORT_DISABLE_ALL"
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        try:
+            self.session = ort.InferenceSession(str(handle.path), options,
+                                                providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
+            raise ModelLoadError(f"onnxruntime cannot load {handle.path}: "
+                                 f"{first_line(exc)}") from exc
+        self.label = f"onnxruntime {_version('onnxruntime')} CPU ({level})"
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self._feed: dict[str, np.ndarray] = {}
+
+    def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
+        self._feed = feed
+
+    def invoke(self) -> None:
+        self.session.run(None, self._feed)
+
+    def runner(self) -> OrtSession:
+        return self
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One sample at a time (models with a fixed batch of 1 take nothing else)."""
+        count = len(next(iter(feeds.values())))
+        outputs = [self.session.run(None, {k: v[i:i + 1] for k, v in feeds.items()})
+                   for i in range(count)]
+        return [np.concatenate(o).astype(np.float32, copy=False) for o in zip(*outputs)]
+
+
+def open_session(handle: ModelHandle, threads: int | None, delegate: HostDelegate):
+    """A timing session in the model's own runtime; .keras/SavedModel must be converted."""
+    if handle.format == "tflite":
+        return LiteRTSession(handle, threads, delegate)
+    if handle.format == "onnx":
+        if delegate.library or not delegate.default_delegates:
+            raise DeviceError("onnxruntime runs .onnx on its CPU execution provider here; "
+                              "--delegate applies to .tflite models")
+        return OrtSession(handle, threads)
+    raise ModelLoadError(f"bench runs .tflite and .onnx models; {handle.path} is "
+                         f"{handle.format}: convert it first (edgeopt convert)")

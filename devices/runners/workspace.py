@@ -1,0 +1,107 @@
+"""Our footprint on a device: a private work folder, the processes we started there, and
+scripts run with a timeout that kills them on both ends.
+
+    >>> space = Workspace(AdbClient("R5CT30XXXX"), "/data/local/tmp/edgeopt-1a2b3c4d")
+    >>> run = run_script(space, benchmark_script(...), 600, "benchmark_model")
+    >>> run.text, run.start, run.end
+    >>> cleanup(space)       # kill what may still run (by pid), remove the folder
+
+A script announces its shell's pid with an `@pid` line first; a pid is remembered for
+cleanup only while its process may still be running on the device (the client timed out,
+or the stream broke), so a recycled pid is never killed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+from edgeopt.devices.runners import device_scripts as scripts
+from edgeopt.devices.runners.benchmark_output import BenchmarkModelOutput, parse_benchmark_output
+from edgeopt.devices.runners.processes import kill_group
+from edgeopt.errors import DeviceError
+
+CLEANUP_TIMEOUT_S = 5.0
+
+
+class BenchmarkRunError(DeviceError):
+    """The run failed, hung or lost its device; `partial` keeps what it printed so far."""
+
+    def __init__(self, message: str, partial: BenchmarkModelOutput | None = None):
+        super().__init__(message)
+        self.partial = partial
+
+
+@dataclass
+class Workspace:
+    """Our folder on the device and the device processes we started that may still run."""
+
+    client: object               # AdbClient or SshClient
+    root: str
+    live_pids: list[int] = field(default_factory=list)
+    supply: str | None = None
+    charging: bool = False
+
+    def path(self, *names: str) -> str:
+        return posixpath.join(self.root, *names)
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """A device script's output lines, each with the host time it arrived."""
+
+    lines: tuple[tuple[float, str], ...]
+    start: float            # when the script announced its pid
+    end: float              # when its client returned
+
+    @property
+    def text(self) -> str:
+        return "".join(line for _, line in self.lines)
+
+
+def _collect(stream, sink: list, pids: list[int]) -> None:
+    for line in stream:
+        now = time.monotonic()
+        if line.startswith("@pid "):
+            pids.append((now, int(line.split()[1])))
+        else:
+            sink.append((now, line))
+
+
+def run_script(space: Workspace, script: str, timeout: float, what: str) -> ScriptRun:
+    """Run a device script that announces `@pid`; on timeout kill it on both ends (the
+    device side at cleanup)."""
+    proc = space.client.spawn("shell", script)
+    out, err, pids = [], [], []
+    readers = [threading.Thread(target=_collect, args=(s, sink, pids), daemon=True)
+               for s, sink in ((proc.stdout, out), (proc.stderr, err))]
+    for reader in readers:
+        reader.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        space.live_pids.extend(pid for _, pid in pids)
+        raise BenchmarkRunError(
+            f"{space.client.who()}: {what} did not finish within {timeout:g} s; stopped it",
+            parse_benchmark_output("".join(x for _, x in out), require_timings=False)) from None
+    ended = time.monotonic()
+    for reader in readers:
+        reader.join(timeout=5)
+    kill_group(proc)
+    if space.client.stream_broke(proc.returncode, [line for _, line in err]):
+        space.live_pids.extend(pid for _, pid in pids)  # it may still run on the device
+    return ScriptRun(tuple(sorted(out + err)), pids[0][0] if pids else ended, ended)
+
+
+def cleanup(space: Workspace) -> str | None:
+    """Kill what still runs, remove the folder; a note (not an error) when that fails."""
+    try:
+        space.client.shell(scripts.cleanup_script(space.root, space.live_pids),
+                           timeout=CLEANUP_TIMEOUT_S)
+        return None
+    except DeviceError as exc:  # adb or ssh: the device may be gone
+        return f"could not clean up {space.root} on the device: {exc}"
