@@ -93,6 +93,17 @@ def shape_input_constant(v: OpView) -> tuple[bool, str]:
     return v.is_static(position), f"input {position} is computed at run time"
 
 
+def softmax_beta_one(v: OpView) -> tuple[bool, str]:
+    """SOFTMAX beta must be 1"""
+    beta = v.opt("beta", 1.0)
+    return beta == 1.0, f"beta is {beta}"
+
+
+def block_above_one(v: OpView) -> tuple[bool, str]:
+    """Block size must be > 1"""
+    return v.opt("block_size", 0) > 1, f"block size {v.opt('block_size')}"
+
+
 def per_tensor_activations(v: OpView) -> tuple[bool, str]:
     """Quantized activations must use one scale per tensor (per-tensor quantization)"""
     bad = [t for t in v.data_tensors if t.quantization is not None and t.quantization.per_channel]
@@ -153,7 +164,8 @@ def weight_quantization(v: OpView) -> tuple[bool, str]:
 
 def unpack_static_weights(rules, views: dict, verdicts: dict) -> dict:
     """DEQUANTIZE/DENSIFY of a constant is folded into the delegate when every consumer is
-    delegated (XNNPACK unpacks the weights at init); otherwise it stays on the CPU."""
+    delegated (the delegate unpacks the weights at init: XNNPACK's static unpacking, the
+    GPU delegate's FP16 partition helper); otherwise it stays on the CPU."""
     out = dict(verdicts)
     for index, view in views.items():
         if not _is_static_unpack(view):
@@ -183,7 +195,8 @@ def _is_static_unpack(view: OpView) -> bool:
 
 GENERIC = {fn.__name__: fn for fn in (
     not_flex, not_custom, no_control_flow, in_main_subgraph, no_string_tensors, op_in_table,
-    op_version, data_dtypes, data_rank, static_shapes, shape_input_constant,
+    op_version, data_dtypes, data_rank, static_shapes, shape_input_constant, softmax_beta_one,
+    block_above_one,
     per_tensor_activations,
     quantized_activations, fused_activation, weights_constant, float_op_in_integer_graph,
     weight_quantization)}

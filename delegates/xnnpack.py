@@ -34,12 +34,13 @@ def conv_bias_static(v: OpView) -> tuple[bool, str]:
 
 
 def conv_types_match(v: OpView) -> tuple[bool, str]:
-    """Input, filter and output types must agree (float input with int8 filter is dynamic
-    quantization)"""
+    """Input, filter and output types must agree; float input with int8 filter (dynamic
+    quantization) only for CONV_2D"""
     src, filt, out = v.input(0), v.input(1), v.output(0)
     if src is None or filt is None or out is None:
         return False, "missing tensors"
-    dynamic = src.dtype in FLOAT_DTYPES and filt.dtype in ("int8", "int4")
+    dynamic = v.param("dynamic_quantization", True) and src.dtype in FLOAT_DTYPES and \
+        filt.dtype in ("int8", "int4")
     ok = src.dtype == out.dtype and (src.dtype == filt.dtype or dynamic
                                      or (src.dtype == "float32" and filt.dtype == "float16"))
     return ok, f"input {src.dtype}, filter {filt.dtype}, output {out.dtype}"
@@ -70,12 +71,6 @@ def pool_stride_within_filter(v: OpView) -> tuple[bool, str]:
     if fw == fh == 1 and max(sw, sh) > 1:
         return False, f"1x1 window with stride {sh}x{sw}"
     return True, ""
-
-
-def softmax_beta_one(v: OpView) -> tuple[bool, str]:
-    """SOFTMAX beta must be 1"""
-    beta = v.opt("beta", 1.0)
-    return beta == 1.0, f"beta is {beta}"
 
 
 def binary_same_types(v: OpView) -> tuple[bool, str]:
@@ -212,11 +207,6 @@ def space_to_depth_block(v: OpView) -> tuple[bool, str]:
     return True, ""
 
 
-def block_above_one(v: OpView) -> tuple[bool, str]:
-    """Block size must be > 1"""
-    return v.opt("block_size", 0) > 1, f"block size {v.opt('block_size')}"
-
-
 def transpose_conv_params(v: OpView) -> tuple[bool, str]:
     """TRANSPOSE_CONV: constant 4-element output shape, constant filter and bias"""
     shape = v.input(0)
@@ -312,10 +302,10 @@ def dequantize_params(v: OpView) -> tuple[bool, str]:
 
 CHECKS = {**generic.GENERIC, **{fn.__name__: fn for fn in (
     conv_bias_static, conv_types_match, filter_quantization, pool_stride_within_filter,
-    softmax_beta_one, binary_same_types, add_scale_ratio, mul_scale_ratio, concat_inputs,
+    binary_same_types, add_scale_ratio, mul_scale_ratio, concat_inputs,
     reshape_params, axes_constant, paddings_constant, resize_size_constant, slice_params,
     strided_slice_params, split_params, transpose_perm_constant, space_to_depth_block,
-    block_above_one, transpose_conv_params, batch_matmul_params, fully_connected_params,
+    transpose_conv_params, batch_matmul_params, fully_connected_params,
     fully_connected_types, leaky_relu_params, quantize_params, dequantize_params)}}
 
 
