@@ -130,12 +130,14 @@ def _floats(text: str | None) -> tuple[float, ...] | None:
               "(default 255: a 0..1 scale).")
 @click.option("--input-shape", "input_shapes", multiple=True, help="Fix an input's dynamic "
               "dimensions, e.g. x:1,3,48,192 (repeat for more inputs).")
+@click.option("--require-full-delegation", is_flag=True, default=None,
+              help="Fail when any op would fall back to the CPU.")
 @click.option("--config", "config_file", default=None, help="Read defaults from a config "
               "file such as a bundle's edgeopt.toml.")
 @click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
 @json_option
 def build(model, device, calib, eval_data, output, fmt, scheme, mean, std, input_shapes,
-          config_file, dry_run, as_json):
+          require_full_delegation, config_file, dry_run, as_json):
     """Compress, convert, quantize and validate MODEL, and write a bundle for a device."""
     from edgeopt.config import read_config_file, resolve
 
@@ -144,7 +146,8 @@ def build(model, device, calib, eval_data, output, fmt, scheme, mean, std, input
                                    "eval": eval_data, "output": output, "format": fmt,
                                    "scheme": scheme, "mean": _floats(mean),
                                    "std": _floats(std),
-                                   "input_shapes": tuple(input_shapes) or None})
+                                   "input_shapes": tuple(input_shapes) or None,
+                                   "require_full_delegation": require_full_delegation or None})
     if dry_run:
         if as_json:
             emit_json({k: v for k, v in vars(config).items()})
@@ -166,6 +169,19 @@ def _size(n) -> str:
     if n is None:
         return "—"
     return f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.2f} MiB"
+
+
+def _placement_text(m: dict) -> str:
+    placement = m.get("placement")
+    if placement is None:
+        return m.get("placement_note", "—")
+    total = placement["delegated_ops"] + placement["cpu_ops"]
+    share = placement["delegated_ops"] / total if total else 0.0
+    text = (f"{share:.0%} of ops on {placement['delegate']} ({placement['delegated_ops']}/"
+            f"{total}), {len(placement['partitions'])} partition(s)")
+    if m.get("compiled"):
+        text += f"; compiled: {m['compiled']['file']}"
+    return text
 
 
 def build_summary(result) -> str:
@@ -191,6 +207,7 @@ def build_summary(result) -> str:
         (acc["metric"], f"float {fmt(acc['reference'])} -> {fmt(acc['value'])} "
                         f"(delta {fmt(acc['delta'])})"),
         ("validated", f"{m['validation']['samples']} samples, {m['validation']['runtime']}"),
+        ("placement", _placement_text(m)),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
@@ -226,23 +243,28 @@ def convert(model, output, calib, as_json):
 
 @cli.command(epilog=_example("inspect"))
 @click.argument("model")
+@click.option("--device", "-d", default=None, help="Also show which ops run where on this "
+              "device, and why the others fall back; 'all' gives one line per device.")
 @json_option
-def inspect(model, as_json):
+def inspect(model, device, as_json):
     """Format, inputs and outputs, op histogram, parameters, MACs and size of MODEL."""
     from edgeopt.inspect import inspect_model, render_inspection
     from edgeopt.quiet import library_output_to_log
 
     with library_output_to_log():
-        record = inspect_model(model)
+        record = inspect_model(model, device)
     click.echo(json.dumps(record, indent=2) if as_json else render_inspection(record))
 
 
 # --- devices ----------------------------------------------------------------------------
 
-@cli.command(epilog=_example("devices"))
+@cli.group(epilog=_example("devices"), invoke_without_command=True)
 @json_option
-def devices(as_json):
-    """List the device profiles edgeopt ships."""
+@click.pass_context
+def devices(ctx, as_json):
+    """List the device profiles edgeopt ships (`devices calibrate` fits one to this host)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from edgeopt.devices.profile import all_profiles
 
     profiles = [p.summary() for p in all_profiles()]
@@ -260,8 +282,11 @@ def devices(as_json):
 def _register_commands() -> None:
     """Commands whose code lives with their stage; their modules import nothing heavy."""
     from edgeopt.bench import bench_command
+    from edgeopt.devices.commands import calibrate_command, estimate_command
 
     cli.add_command(bench_command, "bench")
+    cli.add_command(estimate_command, "estimate")
+    devices.add_command(calibrate_command, "calibrate")
 
 
 _register_commands()

@@ -28,6 +28,7 @@ class BuildConfig:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     input_shapes: tuple[str, ...] = ()  # "name:1,3,224,224" fixes dynamic dimensions
+    require_full_delegation: bool = False
     eval_fraction: float = 0.2
     parity_samples: int = 16
     seed: int = 0
@@ -69,8 +70,9 @@ def _coerce(name: str, value):
         if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
             raise ConfigError(f"config key '{name}' must be a list of numbers")
         return tuple(float(v) for v in value)
-    expected = {"eval_fraction": (int, float), "parity_samples": int, "seed": int}.get(name, str)
-    if not isinstance(value, expected) or isinstance(value, bool):
+    expected = {"eval_fraction": (int, float), "parity_samples": int, "seed": int,
+                "require_full_delegation": bool}.get(name, str)
+    if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
         raise ConfigError(f"config key '{name}' has the wrong type: {value!r}")
     return value
 

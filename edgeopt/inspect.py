@@ -17,6 +17,34 @@ from edgeopt.graph import Graph
 from edgeopt.model import ModelHandle, load_model
 
 
+def _tflite_bytes(handle: ModelHandle) -> bytes:
+    """The .tflite a device would run: the file itself, or the float conversion."""
+    if handle.format == "tflite":
+        return handle.path.read_bytes()
+    from edgeopt.converters.float_tflite import to_float_tflite
+
+    with tempfile.TemporaryDirectory(prefix="edgeopt-inspect-") as tmp:
+        return to_float_tflite(handle, Path(tmp)).tflite
+
+
+def placement_record(handle: ModelHandle, device: str) -> dict:
+    """Per-op placement on one device, or one summary line per device for `all`."""
+    from edgeopt.delegates import place_for_device
+    from edgeopt.devices.profile import all_profiles, load_profile
+
+    tflite = _tflite_bytes(handle)
+    if device == "all":
+        lines = []
+        for profile in all_profiles():
+            placement = place_for_device(tflite, profile)
+            lines.append({"device": profile.name, "summary": placement.summary_line(),
+                          **placement.manifest_json()})
+        return {"devices": lines}
+    placement = place_for_device(tflite, load_profile(device))
+    return {"device": device, "placement": placement.to_json(),
+            "summary": placement.summary_line()}
+
+
 def graph_of(handle: ModelHandle) -> tuple[Graph, str]:
     """The graph and what it was read from."""
     if handle.format == "tflite":
@@ -35,9 +63,10 @@ def graph_of(handle: ModelHandle) -> tuple[Graph, str]:
     return read_tflite(conversion.tflite), f"its float .tflite conversion ({conversion.converter})"
 
 
-def inspect_model(path: str) -> dict:
+def inspect_model(path: str, device: str | None = None) -> dict:
     handle = load_model(path)
     graph, read_from = graph_of(handle)
+    placement = placement_record(handle, device) if device else {}
     return {
         "model": str(handle.path), "format": handle.format, "size_bytes": handle.size_bytes,
         "inputs": [s.to_json() for s in handle.inputs],
@@ -47,6 +76,7 @@ def inspect_model(path: str) -> dict:
         "op_histogram": graph.op_histogram(),
         "parameters": graph.param_count(), "parameter_bytes": graph.param_bytes(),
         "macs": graph.total_macs(),
+        **placement,
     }
 
 
@@ -71,4 +101,21 @@ def render_inspection(record: dict) -> str:
                  f"{record['subgraphs']} subgraph(s), read from {record['graph_read_from']}")
     width = max((len(op) for op in record["op_histogram"]), default=0)
     lines += [f"    {op.ljust(width)}  {count}" for op, count in record["op_histogram"].items()]
+    if "devices" in record:
+        lines.append("  placement per device:")
+        lines += [f"    {line['summary']}" for line in record["devices"]]
+    if "placement" in record:
+        lines += _placement_lines(record)
     return "\n".join(lines)
+
+
+def _placement_lines(record: dict) -> list[str]:
+    ops = record["placement"]["ops"]
+    lines = [f"  placement: {record['summary']}"]
+    width = max((len(op["op"]) for op in ops), default=0)
+    for op in ops:
+        reason = f"  {op['reason']}" if op["reason"] else ""
+        lines.append(f"    {op['index']:>4}  {op['op'].ljust(width)}  {op['unit']:<8}{reason}")
+        if op["rewrite"]:
+            lines.append(f"    {'':>4}  {'':<{width}}  {'':<8}fix: {op['rewrite']}")
+    return lines

@@ -102,6 +102,7 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         return LayoutAdapter(TFLiteRunner(content, names), conv.input_perms, conv.output_perms)
 
     conversion = {"converter": conv.converter, "float_tflite_bytes": len(conv.tflite),
+                  "batch_fixed_to_1": bool(conv.tf_source and conv.tf_source.batch_fixed),
                   "input_layout_changes": {k: list(v) for k, v in conv.input_perms.items()}}
     if conv.tf_source is not None:
         count = min(config.parity_samples, evaluation.count)
@@ -160,6 +161,24 @@ def _onnx_artifact(handle, scheme, calib, workdir, progress) -> Artifact:
                      "note": "ONNX target: no format conversion"})
 
 
+ONNX_PLACEMENT_NOTE = ("delegate rules read .tflite graphs; an .onnx artifact runs on "
+                       "onnxruntime's execution providers, which edgeopt does not model yet")
+
+
+def place_artifact(artifact: Artifact, profile: DeviceProfile, require_full: bool):
+    """Per-op placement of the artifact on the device's delegate (Vela for Ethos-U)."""
+    if artifact.format != "tflite":
+        if require_full:
+            raise ConfigError("--require-full-delegation needs a .tflite artifact")
+        return None
+    from edgeopt.delegates import place_for_device
+
+    placement = place_for_device(artifact.content, profile)
+    if require_full:
+        placement.require_full_delegation()
+    return placement
+
+
 def _artifact_specs(artifact: Artifact, workdir: Path) -> ModelHandle:
     path = workdir / f"check.{artifact.format}"
     path.write_bytes(artifact.content)
@@ -195,7 +214,7 @@ def _preprocessing(config: BuildConfig, calib: Dataset) -> dict:
 
 
 def _manifest(config, profile, handle, artifact, specs, validation: Validation,
-              calib, evaluation) -> dict:
+              calib, evaluation, placement=None) -> dict:
     file_name = f"{handle.stem}.{artifact.format}"
     notes = []
     if not calib.representative:
@@ -205,7 +224,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
     parity = artifact.conversion.get("parity")
     if parity and parity["warning"]:
         notes.append(f"float conversion differs from the source (cosine {parity['cosine']:.6f})")
-    return {
+    manifest = {
         "schema_version": SCHEMA_VERSION,
         "model": {"file": file_name, "format": artifact.format,
                   "sha256": hashlib.sha256(artifact.content).hexdigest(),
@@ -231,6 +250,8 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "toolchain": _toolchain(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    _placement_record(manifest, placement, handle.stem)
+    return manifest
 
 
 LOW_SQNR_DB = 15.0
@@ -259,6 +280,31 @@ def _io_records(artifact_specs, source_specs) -> list[dict]:
         records.append({"name": source.name, "tensor_name": record.pop("name"),
                         "index": index, **record})
     return records
+
+
+def _compiled_files(manifest: dict, placement) -> dict[str, bytes]:
+    compiled = manifest.get("compiled")
+    return {compiled["file"]: placement.artifact} if compiled else {}
+
+
+def _report_details(placement) -> dict:
+    return {"placement": placement.to_json() if placement is not None else None}
+
+
+def _placement_record(manifest: dict, placement, stem: str) -> None:
+    """Fill the manifest's placement (and Vela's compiled model) or say why it is empty."""
+    if placement is None:
+        manifest["placement"], manifest["placement_note"] = None, ONNX_PLACEMENT_NOTE
+        return
+    manifest["placement"] = placement.manifest_json()
+    manifest.pop("placement_note", None)
+    manifest["notes"] += list(placement.notes)
+    if placement.artifact:
+        name = f"{stem}_vela.tflite"
+        manifest["compiled"] = {
+            "file": name, "sha256": hashlib.sha256(placement.artifact).hexdigest(),
+            "size_bytes": len(placement.artifact), "for": placement.delegate,
+            "figures": dict(placement.compiler or {})}
 
 
 def _io_dtype(inputs: tuple[TensorSpec, ...]) -> str:
@@ -294,10 +340,13 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                              evaluation.labels)
         specs = _artifact_specs(artifact, workdir)
+    progress(f"placing ops on {profile.delegate}")
+    placement = place_artifact(artifact, profile, config.require_full_delegation)
     manifest = _manifest(config, profile, handle, artifact, specs, validation, calib,
-                         evaluation)
-    files = {manifest["model"]["file"]: artifact.content, MANIFEST: manifest_bytes(manifest),
-             "report.html": render_report(manifest).encode(),
+                         evaluation, placement)
+    files = {manifest["model"]["file"]: artifact.content,
+             **_compiled_files(manifest, placement), MANIFEST: manifest_bytes(manifest),
+             "report.html": render_report(manifest, _report_details(placement)).encode(),
              "edgeopt.toml": config.to_toml(output).encode(), **usage_snippets(manifest)}
     progress(f"writing {output}")
     write_bundle(output, files)

@@ -18,6 +18,8 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #eceef1;
 padding:5px 8px;text-align:left;vertical-align:top}th{color:#5b6672;font-weight:600}
 .warn{background:#fff4e0;border-color:#f0c36d}.muted{color:#5b6672}
 code{background:#eef1f4;padding:1px 4px;border-radius:3px}
+.ops{display:flex;flex-wrap:wrap;gap:2px;margin:8px 0}.op{width:12px;height:12px;
+border-radius:2px;display:inline-block}
 """
 
 
@@ -139,14 +141,44 @@ def _conversion(m: dict) -> str:
     return f"<section><h2>Conversion</h2>{_table(rows)}</section>"
 
 
+_PARTITION_COLOURS = ("#2f7d5b", "#2b6cb0", "#8e44ad", "#c0392b", "#b7950b", "#16a085")
+
+
+def _placement(m: dict, detail: dict | None) -> str:
+    """Which op runs where, partitions coloured, CPU fallbacks with their reasons."""
+    if detail is None:
+        note = _e(m.get("placement_note", ""))
+        return f'<section><h2>Op placement</h2><p class="muted">{note}</p></section>'
+    partition_of = {i: k for k, ops in enumerate(detail["partitions"]) for i in ops}
+    cells = []
+    for op in detail["ops"]:
+        k = partition_of.get(op["index"])
+        colour = "#9aa5b1" if k is None else _PARTITION_COLOURS[k % len(_PARTITION_COLOURS)]
+        title = _e(f"#{op['index']} {op['op']} on {op['unit']}" +
+                   (f": {op['reason']}" if op["reason"] else ""))
+        cells.append(f'<span class="op" title="{title}" style="background:{colour}"></span>')
+    rows = [(op["index"], _e(op["op"]), _e(op["unit"]), _e(op["reason"] or ""),
+             _e(op["rewrite"] or "")) for op in detail["ops"] if op["unit"] == "cpu"]
+    fallbacks = (_table([("#", "op", "unit", "why it falls back", "what would fix it"), *rows])
+                 if rows else "<p>Every op runs on the accelerator.</p>")
+    delegated = sum(op["unit"] != "cpu" for op in detail["ops"])
+    crossings = detail.get("crossings") or []
+    moved = sum(c["bytes"] for c in crossings if c.get("kind") == "internal")
+    return (f'<section><h2>Op placement</h2><p>{delegated} of {len(detail["ops"])} ops on '
+            f'{_e(detail["delegate"])} in {len(detail["partitions"])} partition(s); '
+            f'{_e(_size(moved))} cross between CPU and accelerator inside the graph. '
+            'Each square is an op in graph order, coloured by partition; grey runs on the '
+            f'CPU.</p><div class="ops">{"".join(cells)}</div>{fallbacks}</section>')
+
+
 def _pending(m: dict) -> str:
     rows = []
-    for key in ("placement", "estimate"):
+    for key in ("estimate",):
         value = m.get(key)
         note = _e(m.get(key + "_note", ""))
         shown = _e(value) if value is not None else f'<span class="muted">{note}</span>'
         rows.append((key, shown))
-    return f"<section><h2>Placement and estimate</h2>{_table(rows)}</section>"
+    return f"<section><h2>Estimate</h2>{_table(rows)}</section>"
 
 
 def _data(m: dict) -> str:
@@ -156,9 +188,9 @@ def _data(m: dict) -> str:
     return f"<section><h2>Data</h2>{_table(rows)}</section>"
 
 
-def render_report(manifest: dict) -> str:
-    """The HTML page for one bundle, from its manifest."""
-    m = manifest
+def render_report(manifest: dict, details: dict | None = None) -> str:
+    """The HTML page for one bundle, from its manifest and the stages' detailed records."""
+    m, details = manifest, details or {}
     io = ("<section><h2>Inputs and outputs</h2><h3>inputs</h3>" + _table(_io_rows(m["inputs"]))
           + "<h3>outputs</h3>" + _table(_io_rows(m["outputs"])) + "</section>")
     tools = _table([(f"<code>{_e(k)}</code>", _e(v)) for k, v in m["toolchain"].items()])
@@ -168,6 +200,6 @@ def render_report(manifest: dict) -> str:
         f"<body><header><h1>{_e(m['model']['file'])} for {_e(m['device']['name'])}</h1>"
         f"<p>built {_e(m['created'])} by edgeopt {_e(m['toolchain'].get('edgeopt', ''))}</p>"
         f"</header><main>{_notes(m)}{_summary(m)}{_validation(m)}{_conversion(m)}{io}"
-        f"{_data(m)}{_pending(m)}<section><h2>Toolchain</h2>{tools}</section>"
+        f"{_placement(m, details.get('placement'))}{_data(m)}{_pending(m)}<section><h2>Toolchain</h2>{tools}</section>"
         "</main></body></html>\n"
     )

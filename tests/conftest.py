@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# A profile calibrated on this machine (in the user cache) must not change what tests see.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="edgeopt-test-cache-")
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"

@@ -45,13 +45,20 @@ def _check_bundle(folder, fmt: str):
     content = model_file.read_bytes()
     assert manifest["model"]["sha256"] == hashlib.sha256(content).hexdigest()
     assert manifest["model"]["size_bytes"] == len(content)
+    compiled = [manifest["compiled"]["file"]] if "compiled" in manifest else []
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [model_file.name, "manifest.json", "report.html", "edgeopt.toml", "usage"])
+        [model_file.name, "manifest.json", "report.html", "edgeopt.toml", "usage", *compiled])
     snippets = {p.name for p in (folder / "usage").iterdir()}
     assert "predict.py" in snippets
     if fmt == "tflite":
         assert {"EdgeoptModel.kt", "EdgeoptModel.swift"} <= snippets
-    assert manifest["placement"] is None and manifest["placement_note"]
+    if fmt == "tflite":
+        placement = manifest["placement"]
+        total = placement["delegated_ops"] + placement["cpu_ops"]
+        assert total > 0 and all(isinstance(p, list) for p in placement["partitions"])
+        assert "Op placement" in (folder / "report.html").read_text()
+    else:
+        assert manifest["placement"] is None and manifest["placement_note"]
     assert manifest["estimate"] is None and manifest["estimate_note"]
     for package in ("tensorflow", "onnxruntime", "ai-edge-litert", "edgeopt"):
         assert package in manifest["toolchain"]
@@ -298,6 +305,47 @@ def test_failed_build_keeps_the_existing_bundle(run_cli, tmp_path, tiny_onnx_pat
                               "-o", out), "NaN/Inf")
     assert _contents(out) == before
     assert not [p for p in tmp_path.iterdir() if "staging" in p.name]
+
+
+def test_pixel_npu_sample_is_fully_delegated(sample_builds):
+    placement = _manifest(sample_builds["onnx"])["placement"]
+    assert placement["delegate"] == "google-tensor"
+    assert placement["cpu_ops"] == 0 and len(placement["partitions"]) == 1
+
+
+def test_ethos_u_bundle_carries_the_vela_compiled_model(run_cli, tmp_path):
+    out = tmp_path / "u55"
+    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--device", "ethos-u55-256",
+                     "--calib", SAMPLES / "digits_calib.npz", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = _check_bundle(out, "tflite")
+    compiled = manifest["compiled"]
+    assert compiled["for"] == "ethos-u" and compiled["figures"]["accelerator"] == "ethos-u55-256"
+    assert compiled["figures"]["inference_ms"] > 0
+    from edgeopt.tflite_reader import read_tflite
+
+    ops = read_tflite(out / compiled["file"]).op_histogram()
+    assert "CUSTOM" in ops  # the ethos-u operator the driver runs
+
+
+def test_keras_dynamic_batch_is_fixed_for_the_edge_tpu(run_cli, tmp_path):
+    out = tmp_path / "coral"
+    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--device", "coral-usb",
+                     "--calib", SAMPLES / "digits_calib.npz", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = _manifest(out)
+    assert manifest["conversion"]["batch_fixed_to_1"] is True
+    assert manifest["placement"]["cpu_ops"] == 0
+    assert manifest["inputs"][0]["shape"][0] == 1 and manifest["inputs"][0]["dtype"] == "uint8"
+
+
+def test_require_full_delegation(run_cli, tmp_path):
+    out = tmp_path / "strict"
+    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--device", "host-cpu",
+                     "--calib", SAMPLES / "digits_calib.npz", "-o", out,
+                     "--require-full-delegation")
+    assert_user_error(result, "would fall back to the CPU on host-cpu")
+    assert "SOFTMAX" in result.stderr and not out.exists()
 
 
 def test_scheme_the_device_cannot_run(run_cli, tmp_path, tiny_onnx_path):

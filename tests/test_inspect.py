@@ -31,3 +31,29 @@ def test_inspect_table(run_cli, tiny_float_tflite):
     result = run_cli("inspect", tiny_float_tflite)
     assert result.exit_code == 0
     assert "CONV_2D" in result.stdout and "parameters" in result.stdout
+
+
+def test_inspect_device_placement(run_cli, tiny_float_tflite):
+    result = run_cli("inspect", tiny_float_tflite, "--device", "coral-usb", "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    ops = record["placement"]["ops"]
+    assert ops and all(op["unit"] == "cpu" and op["reason"] for op in ops)  # a float model
+
+
+def test_inspect_device_all(run_cli):
+    result = run_cli("inspect", SAMPLES / "digits_cnn.onnx", "--device", "all", "--json")
+    assert result.exit_code == 0, result.stderr
+    devices = json.loads(result.stdout)["devices"]
+    assert len(devices) == 10
+    by_name = {d["device"]: d for d in devices}
+    assert by_name["pixel-gpu"]["cpu_ops"] == 0  # the GPU takes a float model
+    assert by_name["coral-usb"]["delegated_ops"] == 0  # the Edge TPU does not
+    text = run_cli("inspect", SAMPLES / "digits_cnn.onnx", "--device", "all").stdout
+    assert "placement per device" in text and "coral-usb:" in text
+
+
+def test_inspect_unknown_device(run_cli, tiny_float_tflite):
+    from conftest import assert_user_error
+
+    assert_user_error(run_cli("inspect", tiny_float_tflite, "--device", "nope"), "unknown device")

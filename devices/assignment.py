@@ -1,0 +1,187 @@
+"""Which compute unit of a device runs each op: the estimator's view of a placement.
+
+The estimator takes a placement in any of three forms and turns it into a `UnitAssignment`:
+
+* an `edgeopt.delegates` ``Placement`` (per-op ``unit`` 'cpu' or the delegate's unit,
+  ``partitions``);
+* a mapping ``{op index: unit name}`` or a sequence of unit names in op order, where a
+  name is a unit of the profile, ``"cpu"`` (the profile's CPU unit) or ``"accelerator"``
+  (its main unit);
+* nothing: `edgeopt.delegates.place_for_device` when that exists, else every op on the
+  device's main unit, except ops in a dtype the main unit cannot compute.
+
+    >>> a = assign_units(graph, load_profile("pixel-npu"), {0: "npu", 1: "cpu"})  # doctest: +SKIP
+    >>> a.units, a.partitions                                                      # doctest: +SKIP
+    (('npu', 'cpu'), ((0,),))
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeopt.devices.opcost import compute_dtype
+from edgeopt.devices.profile import DeviceProfile
+from edgeopt.errors import ConfigError, DeviceError
+from edgeopt.graph import Graph
+
+ACCELERATOR = "accelerator"
+
+
+@dataclass(frozen=True)
+class UnitAssignment:
+    """Per op (in ``graph.ops`` order) the profile unit that runs it, and the partitions."""
+
+    delegate: str
+    units: tuple[str, ...]
+    partitions: tuple[tuple[int, ...], ...]
+    reasons: Mapping[int, str] = field(default_factory=dict)
+    origin: str = "default"
+    placement: Any = field(default=None, repr=False, compare=False)
+
+    def manifest_json(self, cpu_unit: str) -> dict:
+        """DESIGN.md's ``placement`` object."""
+        if self.placement is not None and hasattr(self.placement, "manifest_json"):
+            return self.placement.manifest_json()
+        delegated = sum(u != cpu_unit for u in self.units)
+        return {"delegate": self.delegate, "delegated_ops": delegated,
+                "cpu_ops": len(self.units) - delegated,
+                "partitions": [list(p) for p in self.partitions]}
+
+
+def assign_units(graph: Graph, profile: DeviceProfile, placement: Any = None,
+                 model: Any = None) -> UnitAssignment:
+    """The `UnitAssignment` for ``placement`` (see the module doc for the accepted forms).
+
+    ``model`` (the .tflite bytes or path) lets `edgeopt.delegates` read constant values.
+    """
+    if placement is None:
+        placement = _delegates_placement(graph, profile, model)
+    if placement is None:
+        return default_assignment(graph, profile)
+    if hasattr(placement, "ops") and hasattr(placement, "partitions"):
+        return _from_delegates(graph, profile, placement)
+    return _from_units(graph, profile, placement)
+
+
+def default_assignment(graph: Graph, profile: DeviceProfile) -> UnitAssignment:
+    """Every op on the main unit, except ops whose dtype the main unit has no peak for."""
+    hw = profile.hardware
+    main, cpu = hw.unit(hw.main_unit), hw.cpu_unit().name
+    units, reasons = [], {}
+    for op in graph.ops:
+        dtype = compute_dtype(graph, op)
+        if op.subgraph != 0 or dtype not in main.peak_ops:
+            units.append(cpu)
+            reasons[op.index] = (f"{main.name} computes {', '.join(main.peak_ops)}, not {dtype}"
+                                 if op.subgraph == 0 else "not in the main subgraph")
+        else:
+            units.append(main.name)
+    return UnitAssignment(profile.delegate, tuple(units),
+                          contiguous_partitions(graph, units, cpu), reasons, "default")
+
+
+def contiguous_partitions(graph: Graph, units: Sequence[str], cpu: str
+                          ) -> tuple[tuple[int, ...], ...]:
+    """Runs of consecutive non-CPU ops (execution order, per subgraph)."""
+    partitions: list[list[int]] = []
+    previous = None
+    for op in graph.ops:
+        unit = units[op.index]
+        if unit == cpu:
+            previous = None
+            continue
+        if previous != (unit, op.subgraph):
+            partitions.append([])
+        partitions[-1].append(op.index)
+        previous = (unit, op.subgraph)
+    return tuple(tuple(p) for p in partitions)
+
+
+def _delegates_placement(graph: Graph, profile: DeviceProfile, model: Any):
+    """The delegates package's placement of the model on the device, when it has one.
+
+    `place_for_device(model, profile)` first; else `place(model, delegate)` for a delegate
+    the registry has rules for. None when neither exists, or when the delegate needs the
+    model file (Vela) and only a Graph was given.
+    """
+    source = model if model is not None else graph
+    place_for_device = _find("place_for_device")
+    if place_for_device is not None:
+        try:
+            return place_for_device(source, profile)
+        except (TypeError, AttributeError):  # an older signature that takes the name
+            return place_for_device(source, profile.name)
+    place = _find("place")
+    if place is None or not _has_rules(profile.delegate):
+        return None
+    try:
+        return place(source, profile.delegate)
+    except ConfigError:
+        if model is None:
+            return None
+        raise
+
+
+def _find(name: str):
+    for module in ("edgeopt.delegates", "edgeopt.delegates.engine"):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def _has_rules(delegate: str) -> bool:
+    try:
+        registry = importlib.import_module("edgeopt.delegates.registry")
+        module = registry.RULE_MODULES.get(delegate)
+        if module is None:
+            return delegate in getattr(registry, "COMPILED", ())
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def _from_delegates(graph: Graph, profile: DeviceProfile, placement: Any) -> UnitAssignment:
+    hw = profile.hardware
+    cpu = hw.cpu_unit().name
+    by_index = {op.index: op for op in placement.ops}
+    units, reasons = [], {}
+    for op in graph.ops:
+        placed = by_index.get(op.index)
+        on_cpu = placed is None or placed.unit == "cpu"
+        units.append(cpu if on_cpu else hw.main_unit)
+        if on_cpu:
+            reasons[op.index] = (getattr(placed, "short_reason", "") or
+                                 getattr(placed, "reason", "") or "not placed by the delegate")
+    partitions = tuple(tuple(p) for p in placement.partitions)
+    return UnitAssignment(getattr(placement, "delegate", profile.delegate), tuple(units),
+                          partitions, reasons, "edgeopt.delegates", placement)
+
+
+def _from_units(graph: Graph, profile: DeviceProfile,
+                placement: Mapping[int, str] | Sequence[str]) -> UnitAssignment:
+    hw = profile.hardware
+    cpu = hw.cpu_unit().name
+    aliases = {"cpu": cpu, ACCELERATOR: hw.main_unit, profile.delegate: hw.main_unit}
+    if isinstance(placement, Mapping):
+        named = {int(k): v for k, v in placement.items()}
+    else:
+        named = dict(enumerate(placement))
+    units = []
+    for op in graph.ops:
+        name = named.get(op.index, cpu)
+        unit = name if name in hw.units else aliases.get(name)
+        if unit is None:
+            raise DeviceError(f"placement puts op #{op.index} ({op.op}) on unknown unit "
+                              f"'{name}'; {profile.name} has units {', '.join(hw.units)}")
+        units.append(unit)
+    reasons = {i: "placed on the CPU by the caller" for i, u in enumerate(units) if u == cpu}
+    return UnitAssignment(profile.delegate, tuple(units),
+                          contiguous_partitions(graph, units, cpu), reasons, "given")

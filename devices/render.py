@@ -1,0 +1,61 @@
+"""Plain-text views of estimates for the terminal: one device in detail, or all side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from edgeopt.devices.result import Estimate
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_estimate(est: Estimate, top: int = 0, notes: Sequence[str] = ()) -> str:
+    """Total, placement, per-op breakdown (the ``top`` slowest, or all), transfers, notes."""
+    placement = est.placement
+    lines = [f"{est.device}: {est.latency_ms:.3f} ms, {est.energy_mj:.4f} mJ per inference "
+             f"({est.precision})",
+             f"placement: {placement['delegated_ops']} op(s) on {_main_units(est)}, "
+             f"{placement['cpu_ops']} on the CPU, {len(placement['partitions'])} partition(s)",
+             "time: " + ", ".join(f"{u} {ms:.3f} ms" for u, ms in est.unit_ms().items())
+             + f", transfers {sum(t.latency_s for t in est.transfers) * 1e3:.3f} ms"
+             + f", invoke {est.invoke_s * 1e3:.3f} ms", ""]
+    ops = sorted(est.ops, key=lambda o: -o.latency_s)[:top] if top else est.ops
+    rows = [(o.index, o.op, o.unit, o.kind, o.dtype, f"{o.latency_s * 1e3:.4f}",
+             f"{o.energy_j * 1e3:.5f}", o.bound, o.reason) for o in ops]
+    lines.append(table(("#", "op", "unit", "kind", "dtype", "ms", "mJ", "bound", "why on CPU"),
+                       rows))
+    if est.params is not None:
+        lines.append("")
+        lines.append(f"parameters: {est.params['on_chip_param_bytes']} bytes cached on chip, "
+                     f"{est.params['off_chip_param_bytes']} bytes streamed per inference")
+    lines += [f"note: {n}" for n in (*notes, *est.notes)]
+    return "\n".join(lines)
+
+
+def _main_units(est: Estimate) -> str:
+    units = sorted({o.unit for o in est.ops if not o.reason}) or ["-"]
+    return "/".join(units)
+
+
+def render_comparison(results: Sequence[tuple[str, Estimate | None, str]]) -> str:
+    """One row per device: latency, energy, placement; or why it cannot run the model."""
+    rows = []
+    for device, est, error in results:
+        if est is None:
+            rows.append((device, "-", "-", "-", "-", _short(error)))
+            continue
+        p = est.placement
+        rows.append((device, f"{est.latency_ms:.3f}", f"{est.energy_mj:.4f}",
+                     f"{p['delegated_ops']}/{p['delegated_ops'] + p['cpu_ops']}",
+                     len(p["partitions"]), est.precision))
+    return table(("device", "ms", "mJ", "delegated", "partitions", "precision / error"), rows)
+
+
+def _short(text: str, limit: int = 90) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
