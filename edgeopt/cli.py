@@ -208,6 +208,9 @@ def build_summary(result) -> str:
                         f"(delta {fmt(acc['delta'])})"),
         ("validated", f"{m['validation']['samples']} samples, {m['validation']['runtime']}"),
         ("placement", _placement_text(m)),
+        ("estimate", f"{m['estimate']['latency_ms']:.3g} ms, {m['estimate']['energy_mj']:.3g} mJ "
+                     "per inference (from the device profile)" if m.get("estimate")
+         else m.get("estimate_note", "—")),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]

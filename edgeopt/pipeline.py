@@ -34,7 +34,8 @@ SCHEMA_VERSION = 1
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
              "onnxruntime", "onnx2tf", "numpy")
 PENDING_PLACEMENT = "per-op placement is computed by the delegates stage (not yet built)"
-PENDING_ESTIMATE = "latency and energy estimates come with the devices stage (not yet built)"
+ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite graphs; build with --format tflite for "
+                      "a latency and energy estimate")
 
 Progress = Callable[[str], None]
 
@@ -238,7 +239,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "accuracy": validation.accuracy_json(),
         "validation": {**validation.to_json(), "runtime": _where(artifact)},
         "placement": None, "placement_note": PENDING_PLACEMENT,
-        "estimate": None, "estimate_note": PENDING_ESTIMATE,
+        "estimate": None, "estimate_note": ONNX_ESTIMATE_NOTE,
         "conversion": artifact.conversion,
         "sizes": {"source_bytes": handle.size_bytes, "float_tflite_bytes":
                   artifact.conversion.get("float_tflite_bytes"),
@@ -287,8 +288,27 @@ def _compiled_files(manifest: dict, placement) -> dict[str, bytes]:
     return {compiled["file"]: placement.artifact} if compiled else {}
 
 
-def _report_details(placement) -> dict:
-    return {"placement": placement.to_json() if placement is not None else None}
+def _report_details(placement, estimate) -> dict:
+    return {"placement": placement.to_json() if placement is not None else None,
+            "estimate": estimate.to_json() if estimate is not None else None}
+
+
+def estimate_artifact(artifact: Artifact, profile: DeviceProfile, placement):
+    """Latency and energy of one inference from the device profile (None for .onnx)."""
+    if artifact.format != "tflite":
+        return None
+    from edgeopt.devices.estimator import estimate
+    from edgeopt.tflite_reader import read_tflite
+
+    return estimate(read_tflite(artifact.content), profile, placement, artifact.content)
+
+
+def _estimate_record(manifest: dict, estimate) -> None:
+    if estimate is None:
+        return
+    manifest["estimate"] = estimate.manifest_json()
+    manifest.pop("estimate_note", None)
+    manifest["notes"] += [n for n in estimate.notes if n not in manifest["notes"]]
 
 
 def _placement_record(manifest: dict, placement, stem: str) -> None:
@@ -342,11 +362,14 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         specs = _artifact_specs(artifact, workdir)
     progress(f"placing ops on {profile.delegate}")
     placement = place_artifact(artifact, profile, config.require_full_delegation)
+    progress(f"estimating latency and energy on {profile.name}")
+    estimate = estimate_artifact(artifact, profile, placement)
     manifest = _manifest(config, profile, handle, artifact, specs, validation, calib,
                          evaluation, placement)
+    _estimate_record(manifest, estimate)
     files = {manifest["model"]["file"]: artifact.content,
              **_compiled_files(manifest, placement), MANIFEST: manifest_bytes(manifest),
-             "report.html": render_report(manifest, _report_details(placement)).encode(),
+             "report.html": render_report(manifest, _report_details(placement, estimate)).encode(),
              "edgeopt.toml": config.to_toml(output).encode(), **usage_snippets(manifest)}
     progress(f"writing {output}")
     write_bundle(output, files)

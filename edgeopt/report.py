@@ -171,14 +171,48 @@ def _placement(m: dict, detail: dict | None) -> str:
             f'CPU.</p><div class="ops">{"".join(cells)}</div>{fallbacks}</section>')
 
 
-def _pending(m: dict) -> str:
-    rows = []
-    for key in ("estimate",):
-        value = m.get(key)
-        note = _e(m.get(key + "_note", ""))
-        shown = _e(value) if value is not None else f'<span class="muted">{note}</span>'
-        rows.append((key, shown))
-    return f"<section><h2>Estimate</h2>{_table(rows)}</section>"
+def _breakdown(ops: list[dict]) -> list[tuple[str, float]]:
+    """Milliseconds per (op kind, unit), largest first."""
+    totals: dict[str, float] = {}
+    for op in ops:
+        key = f"{op.get('kind') or op['op']} on {op['unit']}"
+        totals[key] = totals.get(key, 0.0) + op["latency_ms"]
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def _bar_chart(rows: list[tuple[str, float]], unit: str, label: str) -> str:
+    width, height = 420, 22
+    top = max((v for _, v in rows), default=0) or 1
+    bars = []
+    for i, (name, value) in enumerate(rows):
+        y = i * height
+        bars.append(f'<text x="0" y="{y + 15}" font-size="12">{_e(name)}</text>'
+                    f'<rect x="230" y="{y + 3}" width="{max(value / top * width, 1):.1f}" '
+                    f'height="16" fill="#2b6cb0"/><text x="{236 + value / top * width:.1f}" '
+                    f'y="{y + 15}" font-size="12">{value:.3g} {unit}</text>')
+    return (f'<svg role="img" aria-label="{_e(label)}" width="{width + 330}" '
+            f'height="{len(rows) * height + 4}">' + "".join(bars) + "</svg>")
+
+
+def _estimate(m: dict, detail: dict | None) -> str:
+    if detail is None:
+        note = _e(m.get("estimate_note", ""))
+        return f'<section><h2>Latency and energy estimate</h2><p class="muted">{note}</p></section>'
+    parts = detail.get("breakdown_ms", {})
+    rows = _breakdown(detail["ops"])[:12]
+    extra = [("transfers between units", parts.get("transfers", 0.0)),
+             ("invoke overhead", parts.get("invoke", 0.0))]
+    rows += [(k, v) for k, v in extra if v]
+    params = ""
+    if detail.get("on_chip_param_bytes") is not None:
+        params = (f"<p>Parameters: {_e(_size(detail['on_chip_param_bytes']))} cached on chip, "
+                  f"{_e(_size(detail['off_chip_param_bytes']))} streamed per inference.</p>")
+    return (f"<section><h2>Latency and energy estimate</h2><p><b>{detail['latency_ms']:.3g} ms"
+            f"</b> and <b>{detail['energy_mj']:.3g} mJ</b> per inference on "
+            f"{_e(detail['device'])}, from the device profile's published figures and fitted "
+            f"efficiencies (an estimate, not a measurement: `edgeopt bench` measures).</p>"
+            f"{params}<h3>Latency by op kind and unit</h3>"
+            f"{_bar_chart(rows, 'ms', 'latency breakdown')}</section>")
 
 
 def _data(m: dict) -> str:
@@ -200,6 +234,7 @@ def render_report(manifest: dict, details: dict | None = None) -> str:
         f"<body><header><h1>{_e(m['model']['file'])} for {_e(m['device']['name'])}</h1>"
         f"<p>built {_e(m['created'])} by edgeopt {_e(m['toolchain'].get('edgeopt', ''))}</p>"
         f"</header><main>{_notes(m)}{_summary(m)}{_validation(m)}{_conversion(m)}{io}"
-        f"{_placement(m, details.get('placement'))}{_data(m)}{_pending(m)}<section><h2>Toolchain</h2>{tools}</section>"
+        f"{_placement(m, details.get('placement'))}{_estimate(m, details.get('estimate'))}"
+        f"{_data(m)}<section><h2>Toolchain</h2>{tools}</section>"
         "</main></body></html>\n"
     )

@@ -57,9 +57,11 @@ def _check_bundle(folder, fmt: str):
         total = placement["delegated_ops"] + placement["cpu_ops"]
         assert total > 0 and all(isinstance(p, list) for p in placement["partitions"])
         assert "Op placement" in (folder / "report.html").read_text()
+        assert manifest["estimate"]["latency_ms"] > 0 and manifest["estimate"]["energy_mj"] > 0
+        assert "latency breakdown" in (folder / "report.html").read_text()
     else:
         assert manifest["placement"] is None and manifest["placement_note"]
-    assert manifest["estimate"] is None and manifest["estimate_note"]
+        assert manifest["estimate"] is None and manifest["estimate_note"]
     for package in ("tensorflow", "onnxruntime", "ai-edge-litert", "edgeopt"):
         assert package in manifest["toolchain"]
     report = (folder / "report.html").read_text()
