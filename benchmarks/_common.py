@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -54,6 +55,18 @@ def load_average() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
+def git_state() -> dict[str, Any]:
+    """The commit measured, and the files outside benchmarks/ that differ from it."""
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return proc.stdout.rstrip("\n") if proc.returncode == 0 else ""
+
+    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no")
+               .splitlines() if not line[3:].startswith("benchmarks/")]
+    return {"commit": git("rev-parse", "--short", "HEAD") or None,
+            "uncommitted_changes_outside_benchmarks": changed}
+
+
 def machine_info() -> dict[str, Any]:
     return {
         "cpu_model": cpu_model(),
@@ -89,6 +102,6 @@ def write_results(name: str, data: dict[str, Any], directory: Path = RESULTS_DIR
     """Write `data` (plus the machine facts) as `<directory>/<name>.json`."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
-    record = {"benchmark": name, "machine": machine_info(), **data}
+    record = {"benchmark": name, "machine": machine_info(), "source": git_state(), **data}
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path

@@ -180,6 +180,7 @@ def run_prepare(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 class ProcessStats:
     exit_code: int
     wall_seconds: float
+    cpu_seconds: float           # user + system CPU time of the build (from wait4)
     peak_rss_bytes: int          # max over polls of sum(RSS of the process tree)
     peak_processes: int          # most processes seen in the tree at one poll
     polls: int
@@ -226,7 +227,8 @@ def run_measured(command: list[str], cwd: Path, stdout_path: Path, stderr_path: 
             time.sleep(poll_seconds)
         wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4, not by Popen
-    return ProcessStats(proc.returncode, wall, peak, peak_procs, polls,
+    return ProcessStats(proc.returncode, wall, usage.ru_utime + usage.ru_stime, peak,
+                        peak_procs, polls,
                         usage.ru_maxrss * 1024, before, children_maxrss())
 
 
@@ -328,6 +330,7 @@ def print_report(stats: ProcessStats, latency: dict[str, dict], checks: dict) ->
     rows = [
         ("build wall time", "<= 60 s", f"{stats.wall_seconds:.1f} s",
          checks["build_wall"]["verdict"]),
+        ("build CPU time (user+sys)", "—", f"{stats.cpu_seconds:.1f} s", ""),
         ("build peak RSS (psutil tree)", "<= 3.00 GiB",
          f"{stats.peak_rss_bytes / GIB:.2f} GiB ({stats.peak_processes} proc, "
          f"{stats.polls} polls)", checks["build_peak_rss"]["verdict"]),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -67,25 +68,32 @@ def build_command(fmt: str, device: str, output: Path) -> list[str]:
             "-o", str(output), "--json"]
 
 
-def run_build(command: list[str]) -> tuple[dict[str, Any], float]:
-    """Run one build from the repository root; (manifest, wall seconds)."""
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_build(command: list[str]) -> tuple[dict[str, Any], float, float]:
+    """Run one build from the repository root; (manifest, wall seconds, CPU seconds)."""
+    cpu_before = children_cpu_seconds()
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
                           env=subprocess_env())
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-    return json.loads(proc.stdout), wall
+    return json.loads(proc.stdout), wall, children_cpu_seconds() - cpu_before
 
 
 def measure_format(fmt: str, device: str, repeats: int) -> dict[str, Any]:
     """Build `repeats` times into fresh folders; figures from the first manifest."""
-    manifests, walls = [], []
+    manifests, walls, cpus = [], [], []
     with tempfile.TemporaryDirectory(prefix="edgeopt-bench-") as tmp:
         for i in range(repeats):
-            manifest, wall = run_build(build_command(fmt, device, Path(tmp) / f"run{i}"))
+            manifest, wall, cpu = run_build(build_command(fmt, device, Path(tmp) / f"run{i}"))
             manifests.append(manifest)
             walls.append(wall)
+            cpus.append(cpu)
     first = manifests[0]
     accuracy, sizes = first["accuracy"], first["sizes"]
     ratio = sizes["artifact_bytes"] / sizes["float_tflite_bytes"]
@@ -102,6 +110,7 @@ def measure_format(fmt: str, device: str, repeats: int) -> dict[str, Any]:
         "converter": first["conversion"].get("converter"),
         "wall_seconds": summarize(walls),
         "wall_runs": walls,
+        "cpu_seconds": summarize(cpus),
         "identical_across_runs": stable,
         "targets": targets(accuracy, ratio),
     }
@@ -128,9 +137,10 @@ def print_report(records: list[dict[str, Any]]) -> None:
             f"{acc['delta']:+.4f} {t['int8_top1_within_1pt']['verdict']}",
             f"{sizes['float_tflite_bytes']:,}", f"{sizes['artifact_bytes']:,}",
             f"{r['size_ratio']:.3f}x {t['size_ratio']['verdict']}",
-            f"{wall['median']:.2f} ({wall['min']:.2f}-{wall['max']:.2f}, n={wall['n']})"))
+            f"{wall['median']:.2f} ({wall['min']:.2f}-{wall['max']:.2f}, n={wall['n']})",
+            f"{r['cpu_seconds']['median']:.2f}"))
     print_table(("format", "float top1", "int8 top1", "delta (>= -0.01)", "float .tflite B",
-                 "int8 B", "ratio (<= 0.3x)", "wall s median (range)"), rows)
+                 "int8 B", "ratio (<= 0.3x)", "wall s median (range)", "CPU s median"), rows)
 
 
 def main(argv: list[str] | None = None) -> int:
