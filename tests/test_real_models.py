@@ -19,40 +19,32 @@ def _package_dir(name: str) -> Path:
     return Path(spec.submodule_search_locations[0])
 
 
-@pytest.fixture(scope="module")
-def photo_crops(tmp_path_factory) -> Path:
-    """Crops of scikit-image's real photographs, as a calibration image folder."""
+def _save_crops(folder: Path, names: tuple[str, ...], grid: int) -> Path:
+    """Half-size crops of scikit-image's real photographs, on a grid x grid of offsets."""
     data = pytest.importorskip("skimage.data")
     from PIL import Image
 
-    folder = tmp_path_factory.mktemp("photos")
-    for name in ("astronaut", "coffee", "chelsea", "rocket", "camera", "coins", "page", "text"):
+    for name in names:
         image = np.asarray(getattr(data, name)())
         image = np.stack([image] * 3, -1) if image.ndim == 2 else image[..., :3]
         h, w = image.shape[:2]
-        for k in range(4):
-            y, x = (h // 4) * (k % 2), (w // 4) * (k // 2)
+        for k in range(grid * grid):
+            y, x = (h // 4) * (k % grid), (w // 4) * (k // grid)
             Image.fromarray(image[y:y + h // 2, x:x + w // 2].astype(np.uint8)).save(
                 folder / f"{name}_{k}.png")
     return folder
+
+
+@pytest.fixture(scope="module")
+def photo_crops(tmp_path_factory) -> Path:
+    names = ("astronaut", "coffee", "chelsea", "rocket", "camera", "coins", "page", "text")
+    return _save_crops(tmp_path_factory.mktemp("photos"), names, 2)
 
 
 @pytest.fixture(scope="module")
 def text_crops(tmp_path_factory) -> Path:
-    """Crops of the two photographs of printed text in scikit-image."""
-    data = pytest.importorskip("skimage.data")
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("text")
-    for name in ("page", "text"):
-        image = np.asarray(getattr(data, name)())
-        image = np.stack([image] * 3, -1) if image.ndim == 2 else image[..., :3]
-        h, w = image.shape[:2]
-        for k in range(9):
-            y, x = (h // 4) * (k % 3), (w // 4) * (k // 3)
-            Image.fromarray(image[y:y + h // 2, x:x + w // 2].astype(np.uint8)).save(
-                folder / f"{name}_{k}.png")
-    return folder
+    """The two photographs of printed text, for the text detector."""
+    return _save_crops(tmp_path_factory.mktemp("text"), ("page", "text"), 3)
 
 
 def test_pp_ocr_text_direction_classifier_for_pixel_npu(run_cli, tmp_path, photo_crops):
