@@ -20,9 +20,7 @@ def _sanitize(name: str) -> str:
 
 
 def signature_names(source: TFSource) -> list[str]:
-    """Input names of the converter's signature, in the order Keras or the SavedModel has."""
-    if source.keras_model is not None:
-        return [t.name for t in source.keras_model.inputs]
+    """Input names of the converter's signature, in the SavedModel's order."""
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(source.saved_model_dir))

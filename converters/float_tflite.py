@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.converters.tf_source import TFSource, run_converter
+from edgeopt.converters.tf_source import TFSource, from_keras, from_saved_model, run_converter
 from edgeopt.errors import ConversionError
 from edgeopt.model import ModelHandle, tflite_interpreter
 
@@ -89,15 +89,15 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
         from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
 
         converted = onnx_to_saved_model(handle, workdir, _nhwc_samples(handle, samples))
-        source = TFSource(saved_model_dir=converted.saved_model_dir)
+        source = TFSource(converted.saved_model_dir)
         name = f"onnx2tf {_version('onnx2tf')} + TFLiteConverter"
     elif handle.format == "keras":
         from edgeopt.model import load_keras
 
-        source = TFSource(keras_model=keras_model or load_keras(handle.path))
+        source = from_keras(keras_model or load_keras(handle.path), workdir)
         name = "TFLiteConverter (Keras)"
     elif handle.format == "saved_model":
-        source = TFSource(saved_model_dir=handle.path)
+        source = from_saved_model(handle.path, workdir)
         name = "TFLiteConverter (SavedModel)"
     else:
         raise ConversionError(f"cannot convert a {handle.format} model to .tflite")
