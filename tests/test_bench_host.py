@@ -21,17 +21,11 @@ FAST = ("--min-secs", "0")
 @pytest.fixture
 def bench(capsys):
     """`edgeopt bench ARGS` in-process, through the edgeopt group's error handling."""
-    from edgeopt.bench import bench_command
-    from edgeopt.cli import EdgeoptGroup, cli
-
-    group = cli
-    if "bench" not in cli.commands:  # until the command is registered in cli.py
-        group = EdgeoptGroup(name="edgeopt")
-        group.add_command(bench_command)
+    from edgeopt.cli import cli
 
     def run(*args):
         extra = () if "--min-secs" in args else FAST
-        code = group.main(["bench", *map(str, args), *extra], standalone_mode=False)
+        code = cli.main(["bench", *map(str, args), *extra], standalone_mode=False)
         out, err = capsys.readouterr()
         return type("Result", (), {"exit_code": code, "stdout": out, "stderr": err})
 

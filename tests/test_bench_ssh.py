@@ -28,16 +28,10 @@ from conftest import assert_user_error
 @pytest.fixture
 def bench(capsys):
     """`edgeopt bench ARGS` in-process, through the edgeopt group's error handling."""
-    from edgeopt.bench import bench_command
-    from edgeopt.cli import EdgeoptGroup, cli
-
-    group = cli
-    if "bench" not in cli.commands:  # until the command is registered in cli.py
-        group = EdgeoptGroup(name="edgeopt")
-        group.add_command(bench_command)
+    from edgeopt.cli import cli
 
     def run(*args):
-        code = group.main(["bench", *map(str, args)], standalone_mode=False)
+        code = cli.main(["bench", *map(str, args)], standalone_mode=False)
         out, err = capsys.readouterr()
         return type("Result", (), {"exit_code": code, "stdout": out, "stderr": err})
 
