@@ -133,7 +133,7 @@ def test_one_bad_model_keeps_the_others_results(bench, tiny_float_tflite, tmp_pa
     (["{keras}"], "convert it first"),
     (["{tflite}", "--device", "pixel-gpu"], "runs on the phone"),
     (["{tflite}", "--delegate", "warp-drive"], "unknown delegate"),
-    (["{tflite}", "--delegate", "/nonexistent/libdelegate.so"], "cannot load the delegate"),
+    (["{tflite}", "--delegate", "/nonexistent/libdelegate.so"], "delegate library not found"),
     (["{tflite}", "--device", "no-such-phone"], "unknown device"),
     (["{tflite}", "--device", "rpi5-cpu"], "another machine"),
     (["{tflite}", "--clock", "cpu"], "needs --threads 1"),

@@ -81,17 +81,9 @@ class HostDelegate:
         """The loaded external delegate, or None; a library that fails is a DeviceError."""
         if self.library is None:
             return None
-        import ctypes
+        from edgeopt.delegates.external import load_external_delegate
 
-        from ai_edge_litert.interpreter import load_delegate
-
-        try:
-            # dlopen first: LiteRT's Delegate object breaks in __del__ on a missing library
-            ctypes.CDLL(self.library)
-            return load_delegate(self.library, dict(self.options))
-        except (ValueError, OSError, RuntimeError) as exc:
-            raise DeviceError(f"cannot load the delegate library {self.library} on this host: "
-                              f"{str(exc).splitlines()[0] if str(exc) else exc}") from exc
+        return load_external_delegate(self.library, dict(self.options))
 
 
 def host_delegate(delegate: str | None,
