@@ -30,7 +30,7 @@ class EstimatorSettings:
     bits: int = 8
     percentile: float = 99.99
     mse_candidates: int = 128
-    kl_candidates: int = 96
+    kl_candidates: int = 48
 
 
 @dataclass(frozen=True)

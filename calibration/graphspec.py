@@ -56,6 +56,7 @@ class OpInfo:
     op: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    attributes: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,17 @@ class CalibGraph:
     biases: dict[str, np.ndarray] = field(repr=False)    # (O,), by bias tensor name
     ops: tuple[OpInfo, ...] = ()
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    shared_storage: frozenset[str] = frozenset()   # constants whose bytes another tensor reuses
+
+    def shared_constants(self) -> set[str]:
+        """Weights and biases that must not get layer-specific values: read by several
+        layers, or stored in a buffer that another tensor shares."""
+        uses: dict[str, int] = {}
+        for layer in self.layers:
+            for name in (layer.weight, layer.bias):
+                if name:
+                    uses[name] = uses.get(name, 0) + 1
+        return {n for n, count in uses.items() if count > 1} | set(self.shared_storage)
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:

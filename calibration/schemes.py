@@ -7,6 +7,9 @@ from edgeopt.errors import ConversionError
 # scheme -> formats that can express it
 SCHEMES = {
     "w8a8": ("tflite", "onnx"),     # full integer: int8 weights per channel, int8 activations
+    "w4a8": ("tflite", "onnx"),     # int4 conv/dense weights (GPTQ), int8 activations
+    "w4a16": ("tflite", "onnx"),    # weight-only int4; activations stay float (fp32 kernels)
+    "w4afp32": ("tflite", "onnx"),  # weight-only int4, float compute
     "dynamic": ("tflite", "onnx"),  # int8 weights, float activations quantized on the fly
     "fp16": ("tflite", "onnx"),     # float16 weights (and compute where the delegate can)
     "float": ("tflite", "onnx"),    # no quantization

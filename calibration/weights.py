@@ -8,7 +8,7 @@ ai-edge-quantizer and onnxruntime recover exactly these codes.
 
     >>> w = np.array([[0.5, -1.0], [0.25, 0.1]], np.float32)
     >>> q = quantize_rtn(w, bits=8)
-    >>> q.codes.tolist(), q.scale.round(5).tolist()
+    >>> q.codes.tolist(), [round(float(s), 5) for s in q.scale]
     ([[64, -127], [127, 51]], [0.00787, 0.00197])
 """
 

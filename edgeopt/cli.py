@@ -286,8 +286,10 @@ def _register_commands() -> None:
     """Commands whose code lives with their stage; their modules import nothing heavy."""
     from edgeopt.bench import bench_command
     from edgeopt.devices.commands import calibrate_command, estimate_command
+    from edgeopt.quantize import quantize_command
 
     cli.add_command(bench_command, "bench")
+    cli.add_command(quantize_command, "quantize")
     cli.add_command(estimate_command, "estimate")
     devices.add_command(calibrate_command, "calibrate")
 

@@ -127,36 +127,41 @@ def _keyed(arrays: dict, float_tflite: bytes) -> dict:
 
 def quantize_file(options: dict, progress: Progress | None = None) -> dict:
     """Load MODEL and data, quantize, write OUTPUT atomically; returns the JSON record."""
-    import tempfile
-
     from edgeopt.model import load_model
 
     output = Path(options["output"])
-    target = "onnx" if output.suffix == ".onnx" else "tflite"
     config = build_config(options)
     handle = load_model(options["model"])
     calib, evaluation = _data(handle, options)
-    labels = evaluation.labels if evaluation is not None else None
-    with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
-        if target == "onnx":
-            if handle.format != "onnx":
-                raise ConfigError(f"-o {output.name}: an .onnx output needs an .onnx model "
-                                  f"(got {handle.format}); write .tflite instead")
-            result = quantize_onnx(handle.path, calib.arrays, config,
-                                   evaluation.arrays if evaluation else None, labels, progress)
-        else:
-            if progress:
-                progress("converting to a float .tflite")
-            float_tflite, perms = _tflite_inputs(handle, Path(tmp), calib)
-            arrays = _keyed(_permuted(calib.arrays, perms), float_tflite)
-            eval_arrays = (_keyed(_permuted(evaluation.arrays, perms), float_tflite)
-                           if evaluation else None)
-            result = quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)
+    if output.suffix == ".onnx":
+        if handle.format != "onnx":
+            raise ConfigError(f"-o {output.name}: an .onnx output needs an .onnx model "
+                              f"(got {handle.format}); write .tflite instead")
+        result = quantize_onnx(handle.path, calib.arrays, config,
+                               evaluation.arrays if evaluation else None,
+                               evaluation.labels if evaluation else None, progress)
+    else:
+        result = _to_tflite(handle, calib, evaluation, config, progress)
     _write_atomically(output, result.model)
     if options.get("report"):
         _write_atomically(Path(options["report"]), report_page(result).encode())
     return {"output": str(output), "source": {"file": str(handle.path), "format":
             handle.format, "size_bytes": handle.size_bytes}, **result.to_json()}
+
+
+def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> QuantResult:
+    """Convert to a float .tflite when needed, move the data to its layout, quantize."""
+    import tempfile
+
+    if progress:
+        progress("converting to a float .tflite")
+    with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
+        float_tflite, perms = _tflite_inputs(handle, Path(tmp), calib)
+    arrays = _keyed(_permuted(calib.arrays, perms), float_tflite)
+    eval_arrays = _keyed(_permuted(evaluation.arrays, perms), float_tflite) if evaluation \
+        else None
+    labels = evaluation.labels if evaluation else None
+    return quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)
 
 
 def _write_atomically(path: Path, content: bytes) -> None:

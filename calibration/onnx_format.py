@@ -1,0 +1,97 @@
+"""`.onnx` format object for the engine: prepare, read, capture, write, run, check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.calibration import onnx_writer
+from edgeopt.calibration.config import Mode, Precision
+from edgeopt.calibration.onnx_backend import OnnxCapture, prepare, read_graph, session
+from edgeopt.calibration.plan import QuantPlan
+from edgeopt.calibration.runtime_errors import RuntimeRejected
+from edgeopt.errors import ConversionError, first_line
+
+# onnxruntime's QDQ naming: tensor T becomes T_QuantizeLinear_Output -> T_DequantizeLinear_Output
+_DEQUANTIZED = "_DequantizeLinear_Output"
+# Activations onnxruntime's QDQ pass folds into the op before them (their range is used).
+_FOLDED = {"Relu", "Clip"}
+
+
+def _read(model: bytes | str | Path) -> bytes:
+    """The model's bytes; a file's external data only from inside its own folder."""
+    if not isinstance(model, (str, Path)):
+        return bytes(model)
+    from edgeopt.model import load_onnx_proto
+
+    return load_onnx_proto(Path(model), with_data=True).SerializeToString()
+
+
+class OnnxFormat:
+    name = "onnx"
+    runtime = "onnxruntime (CPU)"
+    int4_modes = (Mode.STATIC, Mode.WEIGHT_ONLY)   # quantize_dynamic has no int4
+
+    def __init__(self, model: bytes | str | Path, num_threads: int | None = None):
+        source = _read(model)
+        self.original = source
+        self.float_model = prepare(source)
+        self.num_threads = num_threads
+        self.graph = read_graph(self.float_model)
+
+    def limitations(self, plan: QuantPlan) -> list[str]:
+        """What this format cannot express of `plan` (said in the result's warnings)."""
+        notes = []
+        if plan.io_dtype != "float32":
+            notes.append(f"onnx: QDQ models keep float inputs and outputs ({plan.io_dtype} IO "
+                         "is a .tflite option)")
+        if plan.mode == Mode.DYNAMIC:
+            notes.append("onnx dynamic: onnxruntime's ConvInteger takes per-tensor weights, so "
+                         "conv weights are re-rounded per tensor by onnxruntime")
+        if any(p.precision == Precision.FP16 for p in plan.layers.values()) and \
+                plan.mode == Mode.STATIC:
+            notes.append("onnx static: fp16 layers run in float32 (QDQ cannot mix fp16)")
+        return notes
+
+    def report_tensor(self, layer) -> str:
+        """Where a layer's output is compared: after a Relu/Clip that QDQ folds into it."""
+        consumers = [op for op in self.graph.ops if layer.output in op.inputs]
+        if len(consumers) == 1 and consumers[0].op in _FOLDED:
+            return consumers[0].outputs[0]
+        return layer.output
+
+    def capture(self, model: bytes | None = None) -> OnnxCapture:
+        return OnnxCapture(model or self.float_model, self.num_threads)
+
+    def capture_quantized(self, model: bytes) -> OnnxCapture:
+        """Activations of a QDQ model, read after their DequantizeLinear when there is one."""
+        import onnx
+
+        names = {o for node in onnx.load_from_string(model).graph.node for o in node.output}
+        rename = {t: t + _DEQUANTIZED for t in self.graph.activations if t + _DEQUANTIZED in names}
+        return OnnxCapture(model, self.num_threads, rename)
+
+    def write(self, plan: QuantPlan) -> bytes:
+        return onnx_writer.write(self.float_model, self.graph, plan)
+
+    def run(self, model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            run = session(model, self.num_threads)
+        except ConversionError as exc:
+            raise RuntimeRejected(f"onnxruntime rejected the model: {exc}") from exc
+        names = [i.name for i in run.get_inputs()]
+        fixed = [i.shape[0] for i in run.get_inputs() if i.shape and isinstance(i.shape[0], int)]
+        step = fixed[0] if fixed else 64
+        count = len(next(iter(feeds.values())))
+        chunks = []
+        for start in range(0, count, step):
+            try:
+                chunks.append(run.run(None, {n: feeds[n][start:start + step] for n in names}))
+            except Exception as exc:  # onnxruntime's own exception types
+                raise RuntimeRejected(f"onnxruntime failed to run the model: "
+                                      f"{first_line(exc)}") from exc
+        return [np.concatenate(parts).astype(np.float32, copy=False) for parts in zip(*chunks)]
+
+    def check(self, model: bytes, sample: dict[str, np.ndarray]) -> None:
+        self.run(model, {k: v[:1] for k, v in sample.items()})

@@ -1,0 +1,174 @@
+"""Write a `QuantPlan` as a quantized `.onnx` with onnxruntime.quantization.
+
+* static (w8a8, w4a8): `quantize_static` in QDQ format. Our activation ranges go in as
+  onnxruntime's own calibration cache (so it runs no calibration of its own), our
+  weight scales as per-channel `TensorQuantOverrides` (int4 weights as `QInt4`); the
+  initializers hold the dequantized values of our codes, so onnxruntime's rounding
+  gives back exactly our codes. Float layers are excluded nodes.
+* dynamic: `quantize_dynamic` over our rounded weights. Its `ConvInteger` takes one
+  scale per tensor, so onnxruntime re-rounds conv weights to per-tensor int8 (dense
+  layers keep per-channel); scale overrides are refused there.
+* weight-only (w4a16, w4afp32): onnxruntime.quantization has no weight-only path for
+  Conv/Gemm, so the writer itself puts our codes behind `DequantizeLinear` nodes
+  (opset 21; blockwise for dense layers).
+* fp16: onnxruntime's float16 converter; per-layer fp16 weights elsewhere are stored as
+  float16 initializers followed by a `Cast`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.calibration.config import Mode, Precision
+from edgeopt.calibration.graphspec import CalibGraph
+from edgeopt.calibration.onnx_backend import native_weight, weight_axis
+from edgeopt.calibration.plan import QuantPlan
+from edgeopt.calibration.quiet_libs import quiet_libraries
+from edgeopt.errors import ConversionError, first_line
+
+
+def _nodes(model) -> dict[str, object]:
+    """Output tensor -> node; unnamed nodes get stable names (onnxruntime excludes by name)."""
+    by_output = {}
+    for index, node in enumerate(model.graph.node):
+        if not node.name:
+            node.name = f"{node.op_type}_{index}"
+        for output in node.output:
+            by_output[output] = node
+    return by_output
+
+
+def _trans_b(node) -> bool:
+    return any(a.name == "transB" and a.i for a in node.attribute)
+
+
+def _set_initializer(model, name: str, values: np.ndarray) -> None:
+    from onnx import numpy_helper
+
+    for i, tensor in enumerate(model.graph.initializer):
+        if tensor.name == name:
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(
+                values.astype(numpy_helper.to_array(tensor).dtype), name))
+            return
+    raise ConversionError(f"initializer '{name}' not found")
+
+
+def embed_weights(model, graph: CalibGraph, plan: QuantPlan) -> None:
+    """Dequantized codes and corrected biases into the float initializers."""
+    nodes = _nodes(model)
+    for layer in graph.layers:
+        layer_plan = plan.layers.get(layer.name)
+        if layer_plan is None or layer_plan.weight is None:
+            continue
+        node = nodes[layer.output]
+        _set_initializer(model, layer.weight, native_weight(
+            node.op_type, _trans_b(node), layer_plan.weight.dequantize()))
+        if layer_plan.bias is not None:
+            _set_initializer(model, layer.bias, layer_plan.bias)
+
+
+def excluded_nodes(model, graph: CalibGraph, plan: QuantPlan) -> list[str]:
+    nodes = _nodes(model)
+    return [nodes[la.output].name for la in graph.layers
+            if plan.layers.get(la.name) is not None
+            and plan.layers[la.name].precision in (Precision.FP16, Precision.FLOAT)]
+
+
+def weight_overrides(model, graph: CalibGraph, plan: QuantPlan) -> dict:
+    from onnxruntime.quantization import QuantType
+
+    nodes = _nodes(model)
+    overrides = {}
+    for layer in graph.layers:
+        layer_plan = plan.layers.get(layer.name)
+        if layer_plan is None or layer_plan.weight is None:
+            continue
+        node = nodes[layer.output]
+        qtype = QuantType.QInt4 if layer_plan.precision == Precision.INT4 else QuantType.QInt8
+        axis = weight_axis(node.op_type, _trans_b(node))
+        overrides[layer.weight] = [{"axis": axis, "scale": float(s), "zero_point": 0,
+                                    "quant_type": qtype} for s in layer_plan.weight.scale]
+    return overrides
+
+
+def _ranges_cache(plan: QuantPlan, path: Path) -> None:
+    from onnxruntime.quantization.calibrate import (
+        CalibrationMethod,
+        TensorsData,
+        save_tensors_data,
+    )
+
+    data = {name: (np.array(lo, np.float32), np.array(hi, np.float32))
+            for name, (lo, hi) in plan.activation_ranges.items()}
+    save_tensors_data(TensorsData(CalibrationMethod.MinMax, data), path)
+
+
+def _static(model, graph: CalibGraph, plan: QuantPlan, tmp: Path) -> bytes:
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.calibrate import CalibrationMethod
+
+    embed_weights(model, graph, plan)
+    options = {"ActivationSymmetric": False, "WeightSymmetric": True,
+               "TensorQuantOverrides": weight_overrides(model, graph, plan),
+               "QDQDisableWeightAdjustForInt32Bias": True}
+    exclude = excluded_nodes(model, graph, plan)
+    quantize_only = None
+    if not plan.quantize_rest:
+        nodes = _nodes(model)
+        quantize_only = [nodes[graph.layer(n).output].name for n in plan.layers]
+    onnx.save(model, str(tmp / "float.onnx"))
+    _ranges_cache(plan, tmp / "ranges.json")
+    quantize_static(str(tmp / "float.onnx"), str(tmp / "q.onnx"), None,
+                    quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    nodes_to_exclude=exclude, nodes_to_quantize=quantize_only,
+                    calibrate_method=CalibrationMethod.MinMax, extra_options=options,
+                    calibration_cache_path=str(tmp / "ranges.json"))
+    return (tmp / "q.onnx").read_bytes()
+
+
+def _dynamic(model, graph: CalibGraph, plan: QuantPlan, tmp: Path) -> bytes:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    embed_weights(model, graph, plan)
+    exclude = excluded_nodes(model, graph, plan)
+    onnx.save(model, str(tmp / "float.onnx"))
+    quantize_dynamic(str(tmp / "float.onnx"), str(tmp / "q.onnx"), per_channel=True,
+                     weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
+    return (tmp / "q.onnx").read_bytes()
+
+
+def _fp16(model, graph: CalibGraph, plan: QuantPlan, tmp: Path) -> bytes:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    nodes = _nodes(model)
+    keep = [nodes[la.output].name for la in graph.layers
+            if la.name in plan.layers and plan.layers[la.name].precision == Precision.FLOAT]
+    return convert_float_to_float16(model, keep_io_types=True,
+                                    node_block_list=keep).SerializeToString()
+
+
+def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
+    """The quantized `.onnx` bytes for `plan` (not yet checked by the runtime)."""
+    import onnx
+
+    if plan.mode == Mode.FLOAT:
+        return bytes(float_model)
+    from edgeopt.calibration.onnx_weight_only import weight_only
+
+    writers = {Mode.STATIC: _static, Mode.DYNAMIC: _dynamic, Mode.FP16: _fp16,
+               Mode.WEIGHT_ONLY: weight_only}
+    model = onnx.load_from_string(float_model)
+    with tempfile.TemporaryDirectory(prefix="edgeopt-ortq-") as tmp, quiet_libraries():
+        try:
+            return writers[plan.mode](model, graph, plan, Path(tmp))
+        except ConversionError:
+            raise
+        except Exception as exc:  # onnxruntime.quantization raises many types
+            raise ConversionError(f"onnxruntime.quantization could not write the "
+                                  f"{plan.mode} model: {first_line(exc)}") from exc

@@ -1,0 +1,78 @@
+"""`.tflite` format object for the engine: read, capture, write, run, check."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from edgeopt.calibration import tflite_writer
+from edgeopt.calibration.config import Mode
+from edgeopt.calibration.plan import QuantPlan
+from edgeopt.calibration.runtime_errors import RuntimeRejected
+from edgeopt.calibration.tflite_backend import TFLiteCapture, read_graph
+from edgeopt.errors import ModelLoadError, first_line
+
+_NODE = re.compile(r"Node number (\d+)")
+
+
+class TFLiteFormat:
+    name = "tflite"
+    runtime = "LiteRT interpreter"
+    int4_modes = (Mode.STATIC, Mode.WEIGHT_ONLY, Mode.DYNAMIC)
+
+    def __init__(self, float_model: bytes, num_threads: int | None = None):
+        self.float_model = bytes(float_model)
+        self.num_threads = num_threads
+        self.graph = read_graph(self.float_model)
+
+    def capture(self, model: bytes | None = None) -> TFLiteCapture:
+        return TFLiteCapture(model or self.float_model, self.num_threads)
+
+    def limitations(self, plan: QuantPlan) -> list[str]:
+        """What LiteRT's kernels cannot express of `plan` (said in the warnings)."""
+        blocks = [p for p in plan.layers.values()
+                  if p.weight is not None and p.weight.block_size is not None]
+        if blocks:
+            return ["tflite blockwise int4: LiteRT runs it with dynamic-range kernels "
+                    "(activations quantized on the fly), fully connected layers only"]
+        return []
+
+    def report_tensor(self, layer) -> str:
+        return layer.output
+
+    def capture_quantized(self, model: bytes) -> TFLiteCapture:
+        """Dequantized activations of a quantized model, under the float tensor names."""
+        return TFLiteCapture(model, self.num_threads)
+
+    def write(self, plan: QuantPlan) -> bytes:
+        return tflite_writer.write(self.float_model, self.graph, plan)
+
+    def run(self, model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """All samples through LiteRT, float outputs in the model's output order."""
+        try:
+            capture = TFLiteCapture(model, self.num_threads)
+            outputs = [d["name"] for d in capture.interpreter.get_output_details()]
+            chunks = [[batch[name] for name in outputs]
+                      for batch in capture.stream(feeds, set(outputs), batch_size=64)]
+        except (RuntimeError, ValueError, ModelLoadError) as exc:
+            raise self._rejected(model, exc) from exc
+        return [np.concatenate(parts) for parts in zip(*chunks)]
+
+    def check(self, model: bytes, sample: dict[str, np.ndarray]) -> None:
+        """Load and invoke once; a refusal names the op that LiteRT blamed, if any."""
+        self.run(model, {k: v[:1] for k, v in sample.items()})
+
+    def _rejected(self, model: bytes, exc: Exception) -> RuntimeRejected:
+        text = str(exc)
+        match = _NODE.search(text)
+        tensor = None
+        if match:
+            from edgeopt.tflite_reader import read_tflite
+
+            graph = read_tflite(model)
+            ops = [op for op in graph.ops if op.subgraph == 0]
+            index = int(match.group(1))
+            if index < len(ops) and ops[index].outputs:
+                tensor = graph.tensor(ops[index].outputs[0]).name
+        return RuntimeRejected(f"LiteRT rejected the quantized model: {first_line(exc)}", tensor)

@@ -1,0 +1,100 @@
+"""`edgeopt quantize` through click, inside edgeopt's error-handling group."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import numpy as np
+import pytest
+
+from conftest import SAMPLES, assert_user_error
+from edgeopt.quantize import quantize_command
+
+
+@pytest.fixture
+def run(capsys):
+    from edgeopt.cli import EdgeoptGroup
+
+    @click.group(cls=EdgeoptGroup)
+    def group():
+        """edgeopt with the quantize command registered."""
+
+    group.add_command(quantize_command)
+
+    def invoke(*args):
+        from conftest import CliResult
+
+        code = group.main([str(a) for a in args], standalone_mode=False)
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return invoke
+
+
+@pytest.fixture(scope="module")
+def calib(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    path = tmp_path_factory.mktemp("qdata") / "calib.npz"
+    np.savez(path, input=rng.random((40, 3, 16, 16), dtype=np.float32))
+    return path
+
+
+def test_quantize_onnx_to_onnx_prints_one_json_object(run, tiny_onnx_path, calib, tmp_path):
+    out = tmp_path / "q.onnx"
+    result = run("quantize", tiny_onnx_path, "--calib", calib, "--scheme", "w4a8",
+                 "-o", out, "--json", "--report", tmp_path / "r.html")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["output"] == str(out) and out.stat().st_size == record["size_bytes"]
+    assert record["scheme"] == "w4a8" and record["format"] == "onnx"
+    assert record["layer_report"] and record["validation"]["sqnr_db"] > 10
+    assert "<svg" in (tmp_path / "r.html").read_text()
+    assert not list(tmp_path.glob(".*partial"))
+
+
+def test_quantize_keras_sample_to_tflite_with_a_recipe(run, tmp_path):
+    out = tmp_path / "digits.tflite"
+    result = run("quantize", SAMPLES / "digits_cnn.keras", "--calib",
+                 SAMPLES / "digits_calib.npz", "--recipe", "w4a8-int8-head", "--method",
+                 "minmax", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert out.read_bytes()[4:8] == b"TFL3"
+    assert "wrote" in result.stdout and "w4a8" in result.stdout
+
+
+def test_nan_in_calibration_data_exits_2_naming_the_input(run, tiny_onnx_path, tmp_path):
+    data = np.random.default_rng(0).random((8, 3, 16, 16)).astype(np.float32)
+    data[2, 0, 0, 0] = np.nan
+    np.savez(tmp_path / "bad.npz", input=data)
+    result = run("quantize", tiny_onnx_path, "--calib", tmp_path / "bad.npz", "-o",
+                 tmp_path / "q.onnx")
+    assert_user_error(result, "'input'")
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_unknown_recipe_and_impossible_target_exit_2(run, tiny_onnx_path, calib, tmp_path):
+    assert_user_error(run("quantize", tiny_onnx_path, "--calib", calib, "--recipe", "nope",
+                          "-o", tmp_path / "q.onnx"), "recipe 'nope' not found")
+    assert_user_error(run("quantize", SAMPLES / "digits_cnn.keras", "--calib",
+                          SAMPLES / "digits_calib.npz", "-o", tmp_path / "q.onnx"),
+                      "an .onnx output needs an .onnx model")
+
+
+def test_dry_run_prints_the_resolved_config(run, tiny_onnx_path, calib):
+    result = run("quantize", tiny_onnx_path, "--calib", calib, "--recipe",
+                 "w4-dense-block32", "-o", "x.onnx", "--dry-run")
+    config = json.loads(result.stdout)
+    assert config["scheme"] == "w4afp32" and config["recipe"] == "w4-dense-block32"
+
+
+def test_help_has_an_example(run):
+    result = run("quantize", "--help")
+    assert "Example:" in result.stdout and "edgeopt quantize" in result.stdout
+
+
+def test_an_already_quantized_model_is_refused(run, tiny_onnx_path, calib, tmp_path):
+    first = tmp_path / "q.onnx"
+    assert run("quantize", tiny_onnx_path, "--calib", calib, "-o", first).exit_code == 0
+    assert_user_error(run("quantize", first, "--calib", calib, "-o", tmp_path / "qq.onnx"),
+                      "already quantized")
