@@ -1,0 +1,180 @@
+"""Knowledge distillation: a student learns the teacher's softened outputs, labels optional.
+
+The teacher is any callable from an input batch to output arrays (a Keras model, or a
+function that runs a ``.tflite``/``.onnx`` in its own runtime); the student is a Keras model
+with the same output shape. Outputs are read as logits (probabilities are turned back
+into log-probabilities first).
+
+>>> result = distill(teacher, pruned.model, unlabeled_images)   # doctest: +SKIP
+>>> result.history[-1]["agreement"]                               # top-1 match on held-back data
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgeopt.compression.augment import AUGMENTS
+from edgeopt.errors import DataError
+
+Teacher = Callable[[np.ndarray], Any]
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """Knobs of distillation, defaults visible. ``augment`` names entries of ``AUGMENTS``."""
+
+    epochs: int = 20
+    batch_size: int = 32
+    temperature: float = 4.0
+    learning_rate: float = 1e-3
+    holdout: float = 0.2
+    patience: int = 3
+    label_weight: float = 0.5
+    augment: tuple[str, ...] = ("shift", "noise")
+    seed: int = 0
+
+
+@dataclass
+class DistillResult:
+    """The trained student (best held-back epoch) and one record per epoch."""
+
+    student: Any
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_epoch: int = 0
+
+
+def as_logits(outputs: Any) -> np.ndarray:
+    """Teacher/student outputs as one float array of logits."""
+    out = np.asarray(outputs[0] if isinstance(outputs, list | tuple) else outputs, "float32")
+    looks_like_probs = out.min() >= 0 and np.allclose(out.sum(axis=-1), 1.0, atol=1e-3)
+    return np.log(np.clip(out, 1e-7, 1.0)) if looks_like_probs else out
+
+
+def _check(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any) -> None:
+    expected = tuple(student.inputs[0].shape[1:])
+    if tuple(inputs.shape[1:]) != expected:
+        raise DataError(f"samples have shape {inputs.shape[1:]}, the student expects {expected}")
+    if len(inputs) < 4:
+        raise DataError("distillation needs at least 4 samples (some are held back)")
+    t_shape = as_logits(teacher(inputs[:2])).shape
+    s_shape = as_logits(student(inputs[:2], training=False)).shape
+    if t_shape != s_shape:
+        raise DataError(f"student outputs {s_shape[1:]} do not match the teacher's {t_shape[1:]}")
+    if labels is not None and len(labels) != len(inputs):
+        raise DataError(f"{len(labels)} labels for {len(inputs)} samples")
+
+
+def _split(count: int, config: DistillConfig) -> tuple[np.ndarray, np.ndarray]:
+    order = np.random.default_rng(config.seed).permutation(count)
+    held = max(1, int(round(count * config.holdout)))
+    return order[held:], order[:held]
+
+
+def _augment(batch: np.ndarray, config: DistillConfig, rng: np.random.Generator) -> np.ndarray:
+    for name in config.augment:
+        batch = AUGMENTS[name](batch, rng)
+    return batch
+
+
+def _loss(student_logits: Any, teacher_logits: np.ndarray, labels: Any,
+          config: DistillConfig) -> Any:
+    """T^2-scaled KL(teacher || student) on softened outputs, plus cross-entropy on labels."""
+    import tensorflow as tf
+
+    temp = config.temperature
+    target = tf.nn.softmax(teacher_logits / temp)
+    log_student = tf.nn.log_softmax(student_logits / temp)
+    kl = tf.reduce_sum(target * (tf.math.log(target + 1e-8) - log_student), axis=-1)
+    loss = tf.reduce_mean(kl) * temp * temp
+    if labels is not None:
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, student_logits)
+        loss = (1 - config.label_weight) * loss + config.label_weight * tf.reduce_mean(ce)
+    return loss
+
+
+def _train_epoch(student: Any, optimizer: Any, teacher: Teacher, data: tuple,
+                 config: DistillConfig, rng: np.random.Generator) -> float:
+    import tensorflow as tf
+
+    inputs, labels = data
+    order, losses = rng.permutation(len(inputs)), []
+    for start in range(0, len(order), config.batch_size):
+        idx = order[start:start + config.batch_size]
+        batch = _augment(inputs[idx], config, rng)
+        target = as_logits(teacher(batch))
+        with tf.GradientTape() as tape:
+            out = student(batch, training=True)
+            out = out[0] if isinstance(out, list | tuple) else out
+            loss = _loss(out, target, None if labels is None else labels[idx], config)
+        grads = tape.gradient(loss, student.trainable_variables)
+        optimizer.apply_gradients(zip(grads, student.trainable_variables))
+        losses.append(float(loss))
+    return float(np.mean(losses))
+
+
+def agreement(teacher: Teacher, student: Any, inputs: np.ndarray) -> float:
+    """Share of samples where student and teacher pick the same top-1 output."""
+    t = as_logits(teacher(inputs)).argmax(axis=-1)
+    s = as_logits(student(inputs, training=False)).argmax(axis=-1)
+    return float((t == s).mean())
+
+
+def _evaluate(teacher: Teacher, student: Any, inputs: np.ndarray, config: DistillConfig) -> dict:
+    loss = _loss(as_logits(student(inputs, training=False)), as_logits(teacher(inputs)),
+                 None, config)
+    return {"val_loss": float(loss), "agreement": agreement(teacher, student, inputs)}
+
+
+class _EarlyStopping:
+    """Remembers the best held-back loss and its weights; says when patience runs out."""
+
+    def __init__(self, student: Any, loss: float, patience: int) -> None:
+        self.student, self.best, self.patience = student, loss, patience
+        self.weights, self.waited, self.best_epoch = student.get_weights(), 0, 0
+
+    def should_stop(self, epoch: int, loss: float) -> bool:
+        if loss < self.best:
+            self.best, self.weights, self.waited = loss, self.student.get_weights(), 0
+            self.best_epoch = epoch
+            return False
+        self.waited += 1
+        return self.waited >= self.patience
+
+    def restore(self) -> None:
+        self.student.set_weights(self.weights)
+
+
+def distill(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any = None,
+            config: DistillConfig | None = None,
+            progress: Callable[[dict], None] | None = None) -> DistillResult:
+    """Train ``student`` to match ``teacher`` on ``inputs`` (labels optional).
+
+    A ``holdout`` share of the samples is held back; training stops after ``patience``
+    epochs without a better held-back loss and the best weights are restored.
+    ``progress`` receives each epoch's record (the CLI draws the bar).
+    """
+    import keras
+
+    config = config or DistillConfig()
+    inputs = np.asarray(inputs, dtype="float32")
+    _check(teacher, student, inputs, labels)
+    labels = None if labels is None else np.asarray(labels)
+    train, held = _split(len(inputs), config)
+    train_data = (inputs[train], None if labels is None else labels[train])
+    rng, optimizer = np.random.default_rng(config.seed), keras.optimizers.Adam(config.learning_rate)
+    history = [{"epoch": 0} | _evaluate(teacher, student, inputs[held], config)]
+    stopper = _EarlyStopping(student, history[0]["val_loss"], config.patience)
+    for epoch in range(1, config.epochs + 1):
+        loss = _train_epoch(student, optimizer, teacher, train_data, config, rng)
+        history.append({"epoch": epoch, "loss": loss}
+                       | _evaluate(teacher, student, inputs[held], config))
+        if progress:
+            progress(history[-1])
+        if stopper.should_stop(epoch, history[-1]["val_loss"]):
+            break
+    stopper.restore()
+    return DistillResult(student, history, stopper.best_epoch)

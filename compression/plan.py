@@ -1,0 +1,199 @@
+"""How many channels each group loses: uniform, from a sensitivity scan, or from a recipe."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgeopt.compression.graph import PruneError
+from edgeopt.compression.groups import ChannelGraph
+from edgeopt.compression.macs import MacModel
+from edgeopt.compression.rebuild import masked_weights
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """Knobs of structured pruning, defaults visible.
+
+    ``allocation``: ``sensitivity`` (greedy on a per-group scan at ``scan_ratios``, kept
+    only if it changes the sample outputs less than the uniform plan) or ``uniform``.
+    ``max_group_ratio``: no group loses more than this share of its channels.
+    """
+
+    allocation: str = "sensitivity"
+    scan_ratios: tuple[float, ...] = (0.25, 0.5, 0.75)
+    max_group_ratio: float = 0.9
+    step: float = 0.05
+    tolerance: float = 0.03
+    seed: int = 0
+
+
+@dataclass
+class Planner:
+    """Turns per-group prune counts into a ``kept`` array and counts its MACs."""
+
+    cg: ChannelGraph
+    orders: list[np.ndarray]  # per group: cluster roots, least important first
+    config: PruneConfig
+
+    def __post_init__(self) -> None:
+        self.macs = MacModel(self.cg)
+        self.limits = [min(len(o) - 1, int(len(o) * self.config.max_group_ratio))
+                       for o in self.orders]
+
+    def kept(self, counts: list[int]) -> np.ndarray:
+        kept = self.cg.keep_all()
+        for order, count in zip(self.orders, counts):
+            kept[order[:count]] = False
+        return kept
+
+    def cost(self, counts: list[int]) -> int:
+        return self.macs(self.kept(counts))
+
+    def next_count(self, g: int, count: int) -> int:
+        """Group ``g``'s count after one more step of channels, capped at its limit."""
+        step = max(1, round(self.config.step * len(self.orders[g])))
+        return min(self.limits[g], count + step)
+
+
+def _fit_last(planner: Planner, counts: list[int], g: int, low: int, target: float) -> None:
+    """Shrink group ``g``'s count to the smallest in (low, counts[g]] that meets ``target``."""
+    high = counts[g]
+    while high - low > 1:
+        mid = (low + high) // 2
+        counts[g] = mid
+        if planner.cost(counts) <= target:
+            high = mid
+        else:
+            low = mid
+    counts[g] = high
+
+
+def uniform_counts(planner: Planner, target: float) -> list[int]:
+    """One channel ratio for all groups, the smallest that meets the MAC target."""
+    def counts_at(r: float) -> list[int]:
+        return [min(lim, int(r * len(o))) for o, lim in zip(planner.orders, planner.limits)]
+
+    low, high = 0.0, 1.0
+    if planner.cost(counts_at(high)) > target:
+        raise _unreachable(planner, counts_at(high))
+    for _ in range(30):
+        mid = (low + high) / 2
+        low, high = (low, mid) if planner.cost(counts_at(mid)) <= target else (mid, high)
+    return counts_at(high)
+
+
+def _unreachable(planner: Planner, counts: list[int]) -> PruneError:
+    share = 1 - planner.cost(counts) / planner.cost([0] * len(counts))
+    return PruneError(f"cannot remove that many MACs: at most {share:.0%} of this model's "
+                      "MACs are in prunable channels")
+
+
+def sensitivity_scan(planner: Planner, sample_inputs: Any) -> list[Callable[[int], float]]:
+    """Per group, output change as a function of channels removed (prune each group alone)."""
+    model = planner.cg.model
+    reference = _flat_outputs(model, sample_inputs)
+    curves = []
+    for g, order in enumerate(planner.orders):
+        xs, ys = [0.0], [0.0]
+        for ratio in planner.config.scan_ratios:
+            counts = [0] * len(planner.orders)
+            counts[g] = max(1, min(planner.limits[g], round(ratio * len(order))))
+            xs.append(counts[g])
+            ys.append(_output_change(planner, counts, sample_inputs, reference))
+        curves.append(_curve(xs, ys))
+    return curves
+
+
+def _curve(xs: list[float], ys: list[float]) -> Callable[[int], float]:
+    slope = (ys[-1] - ys[-2]) / max(xs[-1] - xs[-2], 1.0)
+    return lambda n: float(np.interp(n, xs, ys)) + max(0.0, n - xs[-1]) * slope
+
+
+def _flat_outputs(model: Any, inputs: Any) -> np.ndarray:
+    out = model(inputs, training=False)
+    out = out if isinstance(out, list | tuple) else [out]
+    return np.concatenate([np.asarray(o).reshape(len(o), -1) for o in out], axis=1)
+
+
+def _output_change(planner: Planner, counts: list[int], inputs: Any, ref: np.ndarray) -> float:
+    """Relative squared output error with the given channels removed (by masking)."""
+    model = planner.cg.model
+    changed = masked_weights(planner.cg, planner.kept(counts))
+    saved = {name: model.get_layer(name).get_weights() for name in changed}
+    try:
+        for name, weights in changed.items():
+            model.get_layer(name).set_weights(weights)
+        out = _flat_outputs(model, inputs)
+    finally:
+        for name, weights in saved.items():
+            model.get_layer(name).set_weights(weights)
+    return float(((out - ref) ** 2).sum() / max(float((ref ** 2).sum()), 1e-12))
+
+
+def _cheapest_step(planner: Planner, counts: list[int], curves: list) -> tuple[int, int]:
+    """The group whose next step costs least output change per MAC saved, and the new MACs."""
+    cost = planner.cost(counts)
+    best, best_score, best_cost = -1, np.inf, cost
+    for g, count in enumerate(counts):
+        new = planner.next_count(g, count)
+        if new <= count:
+            continue
+        trial_cost = planner.cost(counts[:g] + [new] + counts[g + 1:])
+        score = (curves[g](new) - curves[g](count) + 1e-9) / max(cost - trial_cost, 1)
+        if score < best_score:
+            best, best_score, best_cost = g, score, trial_cost
+    if best < 0:
+        raise _unreachable(planner, planner.limits)
+    return best, best_cost
+
+
+def sensitivity_counts(planner: Planner, target: float, sample_inputs: Any) -> list[int]:
+    """Greedy: remove the step of channels costing least output change per MAC saved."""
+    curves = sensitivity_scan(planner, sample_inputs)
+    counts = [0] * len(planner.orders)
+    cost, last = planner.cost(counts), None
+    while cost > target:
+        group, cost = _cheapest_step(planner, counts, curves)
+        last = (group, counts[group])
+        counts[group] = planner.next_count(group, counts[group])
+    if last is not None:
+        _fit_last(planner, counts, last[0], last[1], target)
+    return counts
+
+
+def sensitivity_or_uniform(planner: Planner, target: float, sample_inputs: Any) -> list[int]:
+    """The sensitivity plan, unless the uniform plan changes the outputs less.
+
+    The greedy adds up per-group sensitivities measured alone; groups interact, so both
+    plans are measured together on the samples and the better one wins.
+    """
+    model = planner.cg.model
+    reference = _flat_outputs(model, sample_inputs)
+    plans = [sensitivity_counts(planner, target, sample_inputs), uniform_counts(planner, target)]
+    errors = [_output_change(planner, counts, sample_inputs, reference) for counts in plans]
+    return plans[int(np.argmin(errors))]
+
+
+def recipe_counts(planner: Planner, recipe: Mapping[str, float]) -> list[int]:
+    """Channel ratios from ``{layer-name regex: ratio}``; the first rule matching a source."""
+    counts = []
+    for g, group in enumerate(planner.cg.groups):
+        ratio = next((r for pattern, r in recipe.items()
+                      if any(re.fullmatch(pattern, s) for s in group.sources)), 0.0)
+        check_ratio(ratio, allow_zero=True)
+        counts.append(min(planner.limits[g], round(ratio * group.size)))
+    return counts
+
+
+def check_ratio(ratio: float, allow_zero: bool = False) -> None:
+    """Refuse a ratio outside (0, 1) (or [0, 1) for recipe entries)."""
+    from edgeopt.errors import ConfigError
+
+    ok = isinstance(ratio, int | float) and (0 <= ratio < 1 if allow_zero else 0 < ratio < 1)
+    if not ok:
+        raise ConfigError(f"pruning ratio must be between 0 and 1 (exclusive), got {ratio!r}")
