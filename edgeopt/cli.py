@@ -122,8 +122,18 @@ def _floats(text: str | None) -> tuple[float, ...] | None:
 @click.option("-o", "--output", default=None, help="Bundle folder to write (default dist).")
 @click.option("--format", "fmt", type=click.Choice(["tflite", "onnx"]), default=None,
               help="Artifact format (default tflite).")
-@click.option("--scheme", type=click.Choice(["w8a8", "dynamic", "fp16", "float"]),
+@click.option("--scheme", type=click.Choice(["w8a8", "w4a8", "w4a16", "w4afp32", "dynamic",
+                                            "fp16", "float"]),
               default=None, help="Quantization scheme (default: the device's precision).")
+@click.option("--method", type=click.Choice(["auto", "minmax", "percentile", "mse", "entropy",
+                                            "converter"]), default=None,
+              help="Activation ranges (default auto: the best measured per model); "
+              "'converter' uses the TFLite converter's or onnxruntime's own min-max.")
+@click.option("--recipe", default=None, help="Per-layer precision rules: a recipe .toml or a "
+              "built-in recipe name.")
+@click.option("--accuracy-budget", type=float, default=None, help="Allowed top-1 drop in "
+              "points (labelled eval data), else an output-SQNR floor in dB: choose per-layer "
+              "precision to meet it with the smallest model.")
 @click.option("--mean", default=None, help="Image normalisation mean on 0..255 pixels, "
               "per channel, e.g. 127.5 or 123.7,116.3,103.5.")
 @click.option("--std", default=None, help="Image normalisation std on 0..255 pixels "
@@ -136,15 +146,16 @@ def _floats(text: str | None) -> tuple[float, ...] | None:
               "file such as a bundle's edgeopt.toml.")
 @click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
 @json_option
-def build(model, device, calib, eval_data, output, fmt, scheme, mean, std, input_shapes,
-          require_full_delegation, config_file, dry_run, as_json):
+def build(model, device, calib, eval_data, output, fmt, scheme, method, recipe, accuracy_budget,
+          mean, std, input_shapes, require_full_delegation, config_file, dry_run, as_json):
     """Compress, convert, quantize and validate MODEL, and write a bundle for a device."""
     from edgeopt.config import read_config_file, resolve
 
     file_values = read_config_file(config_file) if config_file else {}
     config = resolve(file_values, {"model": model, "device": device, "calib": calib,
                                    "eval": eval_data, "output": output, "format": fmt,
-                                   "scheme": scheme, "mean": _floats(mean),
+                                   "scheme": scheme, "method": method, "recipe": recipe,
+                                   "accuracy_budget": accuracy_budget, "mean": _floats(mean),
                                    "std": _floats(std),
                                    "input_shapes": tuple(input_shapes) or None,
                                    "require_full_delegation": require_full_delegation or None})

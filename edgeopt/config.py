@@ -14,6 +14,7 @@ from pathlib import Path
 from edgeopt.errors import ConfigError
 
 PATH_FIELDS = ("model", "output", "calib", "eval")
+METHODS = ("auto", "minmax", "percentile", "mse", "entropy", "converter")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class BuildConfig:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     input_shapes: tuple[str, ...] = ()  # "name:1,3,224,224" fixes dynamic dimensions
+    method: str = "auto"  # activation ranges: auto|minmax|percentile|mse|entropy|converter
+    recipe: str | None = None
+    accuracy_budget: float | None = None
     require_full_delegation: bool = False
     eval_fraction: float = 0.2
     parity_samples: int = 16
@@ -40,6 +44,8 @@ class BuildConfig:
             raise ConfigError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
         if self.parity_samples < 1:
             raise ConfigError("parity_samples must be at least 1")
+        if self.method not in METHODS:
+            raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
 
     def to_toml(self, base: Path) -> str:
         """TOML with paths relative to `base`, the folder the file will live in."""
@@ -71,7 +77,7 @@ def _coerce(name: str, value):
             raise ConfigError(f"config key '{name}' must be a list of numbers")
         return tuple(float(v) for v in value)
     expected = {"eval_fraction": (int, float), "parity_samples": int, "seed": int,
-                "require_full_delegation": bool}.get(name, str)
+                "require_full_delegation": bool, "accuracy_budget": (int, float)}.get(name, str)
     if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
         raise ConfigError(f"config key '{name}' has the wrong type: {value!r}")
     return value

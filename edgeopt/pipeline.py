@@ -47,6 +47,7 @@ class Artifact:
     method: str
     runner: object
     conversion: dict
+    quant: object | None = None  # the calibration core's QuantResult, when it made the model
 
 
 @dataclass(frozen=True)
@@ -112,54 +113,100 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         conversion["parity"] = parity.to_json()
     else:
         conversion["note"] = "input was already a float .tflite: no conversion"
-    progress(f"quantizing ({scheme})")
-    content, method = _quantize_tflite(conv, scheme, profile, calib)
-    return Artifact(content, "tflite", method, runner_for(content), conversion)
+    progress(f"quantizing ({scheme}, ranges: {config.method})")
+    arrays = _permuted(calib.arrays, conv.input_perms)
+    if config.method == "converter":
+        content, method = _converter_tflite(conv, scheme, profile, arrays)
+        return Artifact(content, "tflite", method, runner_for(content), conversion)
+    if scheme == "float":
+        return Artifact(conv.tflite, "tflite", "none", runner_for(conv.tflite), conversion)
+    from edgeopt.quantize import quantize_tflite
+
+    held = _permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
+    result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
+                             held, evaluation.labels if held else None)
+    return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
+                    result)
 
 
-def _quantize_tflite(conv, scheme: str, profile: DeviceProfile, calib: Dataset):
+def quant_config(config: BuildConfig, scheme: str, profile: DeviceProfile, fmt: str):
+    """The calibration core's config: integer model IO only where the device takes it."""
+    from edgeopt.calibration.config import QuantConfig
+    from edgeopt.calibration.recipes import load_recipe
+
+    integer_io = fmt == "tflite" and scheme in ("w8a8", "w4a8")
+    return QuantConfig(scheme=scheme, method=config.method,
+                       recipe=load_recipe(config.recipe) if config.recipe else None,
+                       accuracy_budget=config.accuracy_budget,
+                       io_dtype=profile.io_dtype if integer_io else "float32", seed=config.seed)
+
+
+def _converter_tflite(conv, scheme: str, profile: DeviceProfile, arrays: dict):
+    """The converters' own quantization: the baseline the calibration core is measured by."""
     from edgeopt.calibration import tflite_aeq, tflite_converter
 
     if scheme == "float":
         return conv.tflite, "none"
-    arrays = _permuted(calib.arrays, conv.input_perms)
     if conv.tf_source is None:
         if scheme == "w8a8":
             return (tflite_aeq.full_integer(conv.tflite, arrays, profile.io_dtype),
                     "ai-edge-quantizer min-max (static, int8 per-channel weights)")
-        raise ConversionError(f"scheme '{scheme}' from a .tflite input is not supported yet; "
-                              "give the source model (.keras, SavedModel or .onnx)")
+        raise ConversionError(f"--method converter cannot make scheme '{scheme}' from a "
+                              ".tflite input; use the calibration core (--method auto)")
     if scheme == "w8a8":
         return (tflite_converter.full_integer(conv.tf_source, arrays, profile.io_dtype),
                 "TFLite converter min-max (int8 per-channel weights, int8 activations)")
     if scheme == "fp16":
         return tflite_converter.float16(conv.tf_source), "TFLite converter float16 weights"
-    return tflite_converter.dynamic_range(conv.tf_source), "TFLite converter dynamic range"
+    if scheme == "dynamic":
+        return tflite_converter.dynamic_range(conv.tf_source), "TFLite converter dynamic range"
+    raise ConversionError(f"--method converter cannot make scheme '{scheme}'; use the "
+                          "calibration core (--method auto)")
 
 
-def _onnx_artifact(handle, scheme, calib, workdir, progress) -> Artifact:
-    from edgeopt.calibration import onnx_static
-
+def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress) -> Artifact:
     if handle.format != "onnx":
         raise ConfigError("--format onnx needs an .onnx input model")
-    progress(f"quantizing ({scheme}) with onnxruntime")
-    out = workdir / "artifact.onnx"
-    if scheme == "w8a8":
-        onnx_static.qdq_int8(handle.path, out, calib.arrays)
-        method = "onnxruntime quantize_static MinMax (QDQ, int8 per-channel weights)"
-    elif scheme == "dynamic":
-        onnx_static.dynamic_int8(handle.path, out)
-        method = "onnxruntime quantize_dynamic (int8 per-channel weights)"
-    elif scheme == "fp16":
-        onnx_static.float16(handle.path, out)
-        method = "onnxruntime float16 conversion"
-    else:
-        out.write_bytes(handle.path.read_bytes())
-        method = "none"
-    content = out.read_bytes()
-    return Artifact(content, "onnx", method, OnnxRunner(content),
-                    {"converter": "none (ONNX stays ONNX)",
-                     "note": "ONNX target: no format conversion"})
+    conversion = {"converter": "none (ONNX stays ONNX)",
+                  "note": "ONNX target: no format conversion"}
+    progress(f"quantizing ({scheme}, ranges: {config.method}) for onnxruntime")
+    if scheme == "float":
+        content = handle.path.read_bytes()
+        return Artifact(content, "onnx", "none", OnnxRunner(content), conversion)
+    if config.method == "converter":
+        content, method = _converter_onnx(handle, scheme, calib)
+        return Artifact(content, "onnx", method, OnnxRunner(content), conversion)
+    from edgeopt.quantize import quantize_onnx
+
+    held = evaluation.arrays if config.accuracy_budget else None
+    result = quantize_onnx(handle.path, calib.arrays,
+                           quant_config(config, scheme, profile, "onnx"), held,
+                           evaluation.labels if held else None)
+    return Artifact(result.model, "onnx", result.method, OnnxRunner(result.model), conversion,
+                    result)
+
+
+def _converter_onnx(handle, scheme: str, calib: Dataset) -> tuple[bytes, str]:
+    """onnxruntime.quantization's own calibration: the baseline."""
+    import tempfile as _tempfile
+
+    from edgeopt.calibration import onnx_static
+
+    with _tempfile.TemporaryDirectory(prefix="edgeopt-ort-") as tmp:
+        out = Path(tmp) / "artifact.onnx"
+        if scheme == "w8a8":
+            onnx_static.qdq_int8(handle.path, out, calib.arrays)
+            method = "onnxruntime quantize_static MinMax (QDQ, int8 per-channel weights)"
+        elif scheme == "dynamic":
+            onnx_static.dynamic_int8(handle.path, out)
+            method = "onnxruntime quantize_dynamic (int8 per-channel weights)"
+        elif scheme == "fp16":
+            onnx_static.float16(handle.path, out)
+            method = "onnxruntime float16 conversion"
+        else:
+            raise ConversionError(f"--method converter cannot make scheme '{scheme}'; use the "
+                                  "calibration core (--method auto)")
+        return out.read_bytes(), method
 
 
 ONNX_PLACEMENT_NOTE = ("delegate rules read .tflite graphs; an .onnx artifact runs on "
@@ -252,7 +299,22 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     _placement_record(manifest, placement, handle.stem)
+    _quantization_record(manifest, artifact.quant)
     return manifest
+
+
+LAYER_REPORT_ROWS = 50
+
+
+def _quantization_record(manifest: dict, quant) -> None:
+    """The calibration core's ranked layer report and per-layer precision, and its warnings."""
+    if quant is None:
+        return
+    manifest["quantization"] = {
+        "layer_report": list(quant.layer_report)[:LAYER_REPORT_ROWS],
+        "precision_per_layer": dict(quant.precision_per_layer or {}),
+        "search": quant.search}
+    manifest["notes"] += [w for w in quant.warnings if w not in manifest["notes"]]
 
 
 LOW_SQNR_DB = 15.0
@@ -288,8 +350,14 @@ def _compiled_files(manifest: dict, placement) -> dict[str, bytes]:
     return {compiled["file"]: placement.artifact} if compiled else {}
 
 
-def _report_details(placement, estimate) -> dict:
+def _report_details(placement, estimate, quant) -> dict:
+    chart = None
+    if quant is not None and quant.layer_report:
+        from edgeopt.calibration.report import render_layer_chart
+
+        chart = render_layer_chart(list(quant.layer_report))
     return {"placement": placement.to_json() if placement is not None else None,
+            "layer_chart": chart,
             "estimate": estimate.to_json() if estimate is not None else None}
 
 
@@ -355,7 +423,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
             artifact = _tflite_artifact(handle, config, config.scheme, profile, calib,
                                         evaluation, reference, workdir, keras_model, progress)
         else:
-            artifact = _onnx_artifact(handle, config.scheme, calib, workdir, progress)
+            artifact = _onnx_artifact(handle, config, config.scheme, profile, calib, evaluation,
+                                      progress)
         progress(f"validating in {artifact.runner.label}")
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                              evaluation.labels)
@@ -369,7 +438,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     _estimate_record(manifest, estimate)
     files = {manifest["model"]["file"]: artifact.content,
              **_compiled_files(manifest, placement), MANIFEST: manifest_bytes(manifest),
-             "report.html": render_report(manifest, _report_details(placement, estimate)).encode(),
+             "report.html": render_report(
+                 manifest, _report_details(placement, estimate, artifact.quant)).encode(),
              "edgeopt.toml": config.to_toml(output).encode(), **usage_snippets(manifest)}
     progress(f"writing {output}")
     write_bundle(output, files)

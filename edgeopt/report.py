@@ -194,6 +194,16 @@ def _bar_chart(rows: list[tuple[str, float]], unit: str, label: str) -> str:
             f'height="{len(rows) * height + 4}">' + "".join(bars) + "</svg>")
 
 
+def _layers(m: dict, chart: str | None) -> str:
+    """Find the bad layer: the calibration core's ranked per-layer error (its own SVG)."""
+    if not chart:
+        return ""
+    return ("<section><h2>Quantization error by layer</h2><p>Layers ranked by how far their "
+            "quantized activations depart from the float model's (SQNR, lower is worse), and "
+            "the output SQNR with each worst layer quantized alone; "
+            "<code>manifest.json</code> holds the numbers.</p>" + chart + "</section>")
+
+
 def _estimate(m: dict, detail: dict | None) -> str:
     if detail is None:
         note = _e(m.get("estimate_note", ""))
@@ -234,6 +244,7 @@ def render_report(manifest: dict, details: dict | None = None) -> str:
         f"<body><header><h1>{_e(m['model']['file'])} for {_e(m['device']['name'])}</h1>"
         f"<p>built {_e(m['created'])} by edgeopt {_e(m['toolchain'].get('edgeopt', ''))}</p>"
         f"</header><main>{_notes(m)}{_summary(m)}{_validation(m)}{_conversion(m)}{io}"
+        f"{_layers(m, details.get('layer_chart'))}"
         f"{_placement(m, details.get('placement'))}{_estimate(m, details.get('estimate'))}"
         f"{_data(m)}<section><h2>Toolchain</h2>{tools}</section>"
         "</main></body></html>\n"

@@ -350,6 +350,35 @@ def test_require_full_delegation(run_cli, tmp_path):
     assert "SOFTMAX" in result.stderr and not out.exists()
 
 
+def test_calibration_core_beats_the_converter_on_the_sample(sample_builds, run_cli, tmp_path):
+    """The default (--method auto) is edgeopt's calibration core; `converter` the baseline."""
+    core = _manifest(sample_builds["onnx"])
+    assert core["recipe"]["method"].startswith("auto")
+    assert core["quantization"]["layer_report"]
+    assert "Quantization error by layer" in (sample_builds["onnx"] / "report.html").read_text()
+    out = tmp_path / "baseline"
+    result = run_cli("build", SAMPLES / "digits_cnn.onnx", "--device", "pixel-npu",
+                     "--method", "converter", "--calib", SAMPLES / "digits_calib.npz",
+                     "--eval", SAMPLES / "digits_eval.npz", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    baseline = _check_bundle(out, "tflite")
+    assert baseline["recipe"]["method"].startswith("TFLite converter")
+    assert "quantization" not in baseline
+    assert core["validation"]["sqnr_db"] >= baseline["validation"]["sqnr_db"]
+
+
+def test_w4a8_build_for_the_cpu(run_cli, tmp_path):
+    out = tmp_path / "w4"
+    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--device", "host-cpu",
+                     "--scheme", "w4a8", "--calib", SAMPLES / "digits_calib.npz",
+                     "--eval", SAMPLES / "digits_eval.npz", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = _check_bundle(out, "tflite")
+    assert manifest["recipe"]["scheme"] == "w4a8"
+    assert manifest["accuracy"]["value"] >= manifest["accuracy"]["reference"] - 0.01
+    assert "int4" in set(manifest["quantization"]["precision_per_layer"].values())
+
+
 def test_scheme_the_device_cannot_run(run_cli, tmp_path, tiny_onnx_path):
     assert_user_error(run_cli("build", tiny_onnx_path, "--device", "coral-usb", "--scheme",
                               "fp16", "--calib", "random", "-o", tmp_path / "o"),
