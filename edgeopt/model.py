@@ -284,14 +284,19 @@ def load_keras(path: Path):
             raise ModelLoadError(f"Keras cannot load {path} in safe mode: {first}") from exc
 
 
-def _keras_specs(tensors) -> list[TensorSpec]:
-    return [TensorSpec(t.name, tuple(-1 if d is None else int(d) for d in t.shape),
-                       str(t.dtype).replace("tf.", "")) for t in tensors]
+def _keras_specs(tensors, names: list[str] | None = None) -> list[TensorSpec]:
+    names = names or [t.name for t in tensors]
+    return [TensorSpec(name, tuple(-1 if d is None else int(d) for d in t.shape),
+                       str(t.dtype).replace("tf.", "")) for name, t in zip(names, tensors)]
 
 
 def _keras_signature(path: Path):
     model = load_keras(path)
-    return _keras_specs(model.inputs), _keras_specs(model.outputs)
+    # Keras 3 names output tensors 'keras_tensor_N'; the layer names are what users gave.
+    output_names = list(getattr(model, "output_names", None) or [])
+    if len(output_names) != len(model.outputs):
+        output_names = None
+    return _keras_specs(model.inputs), _keras_specs(model.outputs, output_names)
 
 
 def saved_model_signature_fn(path: Path):

@@ -30,6 +30,17 @@ def is_classifier(output: np.ndarray) -> bool:
     return output.ndim == 2 and output.shape[1] > 1
 
 
+def top1_agreement(reference: np.ndarray, candidate: np.ndarray) -> float | None:
+    """Share of samples whose top class is the same; samples whose float output has no single
+    top class (a tie, e.g. a constant softmax) are left out, and None when all are."""
+    top2 = np.sort(reference, axis=1)[:, -2:]
+    decided = top2[:, 1] > top2[:, 0]
+    if not decided.any():
+        return None
+    same = reference.argmax(1) == candidate.argmax(1)
+    return float(np.mean(same[decided]))
+
+
 @dataclass(frozen=True)
 class Validation:
     samples: int
@@ -65,9 +76,7 @@ def compare(reference: list[np.ndarray], candidate: list[np.ndarray],
     sqnr = sqnr_db(ref_all, cand_all)
     cosine = cosine_similarity(ref_all, cand_all)
     max_abs = float(np.max(np.abs(ref_all.astype(np.float64) - cand_all)))
-    agreement = None
-    if is_classifier(ref0):
-        agreement = float(np.mean(ref0.argmax(1) == cand0.argmax(1)))
+    agreement = top1_agreement(ref0, cand0) if is_classifier(ref0) else None
     if agreement is not None and labels is not None:
         ref_acc = float(np.mean(ref0.argmax(1) == labels))
         acc = float(np.mean(cand0.argmax(1) == labels))

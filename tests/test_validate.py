@@ -32,3 +32,12 @@ def test_classifier_without_labels_and_regression():
     record = compare([feature], [feature * 1.01], None)
     assert record.metric == "sqnr_db" and math.isclose(record.value, 40.0, rel_tol=1e-3)
     assert record.accuracy_json()["reference"] is None
+
+
+def test_ties_in_the_float_output_are_not_counted_as_agreement():
+    constant = np.full((4, 10), 0.1, np.float32)
+    zeros = np.zeros((4, 10), np.float32)
+    record = compare([constant], [zeros], None)
+    assert record.top1_agreement is None and record.metric == "sqnr_db"
+    mixed = np.array([[0.5, 0.5], [0.9, 0.1]], np.float32)
+    assert compare([mixed], [np.array([[0.1, 0.9], [0.8, 0.2]])], None).top1_agreement == 1.0
