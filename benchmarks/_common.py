@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +67,46 @@ def git_state() -> dict[str, Any]:
                .splitlines() if not line[3:].startswith("benchmarks/")]
     return {"commit": git("rev-parse", "--short", "HEAD") or None,
             "uncommitted_changes_outside_benchmarks": changed}
+
+
+def _busy_cpu_seconds() -> float:
+    """CPU seconds all processes on the machine have used since boot (idle excluded)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return sum(v for k, v in times._asdict().items() if k not in ("idle", "iowait", "guest",
+                                                                  "guest_nice"))
+
+
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this process and its waited-for children."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+class ForeignLoad:
+    """Measures how much CPU other processes took while a benchmark ran:
+    `with ForeignLoad() as load: ...`, then `load.result()`. A share near 0 means the
+    machine was ours; 0.5 means other work took half of all cores."""
+
+    def __enter__(self) -> ForeignLoad:
+        self._start = (time.perf_counter(), _busy_cpu_seconds(), _own_cpu_seconds())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end = (time.perf_counter(), _busy_cpu_seconds(), _own_cpu_seconds())
+
+    def result(self) -> dict[str, float]:
+        wall = self._end[0] - self._start[0]
+        busy = self._end[1] - self._start[1]
+        own = self._end[2] - self._start[2]
+        other = max(busy - own, 0.0)
+        return {"wall_seconds": round(wall, 3), "own_cpu_seconds": round(own, 3),
+                "other_cpu_seconds": round(other, 3),
+                "other_share_of_all_cores": round(other / (wall * (os.cpu_count() or 1)), 3)}
 
 
 def machine_info() -> dict[str, Any]:

@@ -55,6 +55,7 @@ import numpy as np
 import psutil
 from _common import (
     RESULTS_DIR,
+    ForeignLoad,
     edgeopt_command,
     load_average,
     print_table,
@@ -232,13 +233,13 @@ def run_measured(command: list[str], cwd: Path, stdout_path: Path, stderr_path: 
                         usage.ru_maxrss * 1024, before, children_maxrss())
 
 
-def build_command(workdir: Path) -> list[str]:
+def build_command() -> list[str]:
     return [*edgeopt_command(), "build", "model.keras", "--device", "pixel-npu",
             "--calib", "calib.npz", "--eval", "eval.npz", "-o", "out", "--json"]
 
 
 def run_build(workdir: Path, poll_seconds: float) -> tuple[ProcessStats, dict[str, Any]]:
-    stats = run_measured(build_command(workdir), workdir, workdir / "build.stdout.json",
+    stats = run_measured(build_command(), workdir, workdir / "build.stdout.json",
                          workdir / "build.stderr.txt", poll_seconds)
     if stats.exit_code != 0:
         tail = (workdir / "build.stderr.txt").read_text()[-2000:]
@@ -325,8 +326,10 @@ def targets(stats: ProcessStats, float_ms: float, int8_ms: float) -> dict[str, A
     }
 
 
-def print_report(stats: ProcessStats, latency: dict[str, dict], checks: dict) -> None:
+def print_report(stats: ProcessStats, latency: dict[str, dict], checks: dict,
+                 others: dict[str, dict]) -> None:
     f, q = latency["float"], latency["int8"]
+    share = {k: f"{v['other_share_of_all_cores']:.0%} of all cores" for k, v in others.items()}
     rows = [
         ("build wall time", "<= 60 s", f"{stats.wall_seconds:.1f} s",
          checks["build_wall"]["verdict"]),
@@ -342,6 +345,8 @@ def print_report(stats: ProcessStats, latency: dict[str, dict], checks: dict) ->
         ("int8 .tflite median", "—", f"{q['median_ms']:.2f} ms (p90 {q['p90_ms']:.2f})", ""),
         ("int8 / float latency", "<= 0.60x", f"{checks['latency_ratio']['measured']:.3f}x",
          checks["latency_ratio"]["verdict"]),
+        ("other processes' CPU, build", "—", share["build"], ""),
+        ("other processes' CPU, latency", "—", share["latency"], ""),
     ]
     print_table(("measure", "target", "measured", "verdict"), rows)
 
@@ -388,15 +393,19 @@ def benchmark(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     load_start = load_average()
     prepared = run_prepare(args, workdir)
     print(f"model and data ready in {prepared['seconds']:.1f} s; images: {prepared['images']}")
-    stats, manifest = run_build(workdir, args.poll_ms / 1000)
+    with ForeignLoad() as build_load:
+        stats, manifest = run_build(workdir, args.poll_ms / 1000)
     float_path, convert_s = convert_float(workdir)
     int8_path = workdir / "out" / manifest["model"]["file"]
-    latency = time_models({"float": float_path, "int8": int8_path}, args.threads,
-                          args.warmup, args.runs, args.block, args.seed)
+    with ForeignLoad() as latency_load:
+        latency = time_models({"float": float_path, "int8": int8_path}, args.threads,
+                              args.warmup, args.runs, args.block, args.seed)
     checks = targets(stats, latency["float"]["median_ms"], latency["int8"]["median_ms"])
-    print_report(stats, latency, checks)
-    return {"load_average_at_start": load_start, "prepare": prepared,
-            "command": " ".join(build_command(workdir)),
+    others = {"build": build_load.result(), "latency": latency_load.result()}
+    print_report(stats, latency, checks, others)
+    return {"load_average_at_start": load_start, "other_processes": others,
+            "prepare": prepared,
+            "command": " ".join(build_command()),
             "build": asdict(stats), "accuracy": manifest["accuracy"],
             "validation": manifest["validation"], "sizes": manifest["sizes"],
             "notes": manifest.get("notes", []),

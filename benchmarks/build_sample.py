@@ -34,6 +34,7 @@ from typing import Any
 from _common import (
     REPO,
     RESULTS_DIR,
+    ForeignLoad,
     edgeopt_command,
     load_average,
     print_table,
@@ -147,14 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load_start = load_average()
     records = []
-    for fmt in args.formats:
-        try:
-            records.append(measure_format(fmt, args.device, args.repeats))
-        except RuntimeError as exc:
-            print(f"build of digits_cnn.{fmt} failed: {exc}", file=sys.stderr)
-            return 1
+    with ForeignLoad() as others:
+        for fmt in args.formats:
+            try:
+                records.append(measure_format(fmt, args.device, args.repeats))
+            except RuntimeError as exc:
+                print(f"build of digits_cnn.{fmt} failed: {exc}", file=sys.stderr)
+                return 1
     print_report(records)
-    path = write_results(NAME, {"load_average_at_start": load_start, "device": args.device,
+    share = others.result()["other_share_of_all_cores"]
+    print(f"\nother processes used {share:.0%} of all cores meanwhile")
+    path = write_results(NAME, {"load_average_at_start": load_start,
+                                "other_processes": others.result(), "device": args.device,
                                 "repeats": args.repeats,
                                 "results": records}, args.results_dir)
     print(f"\nwrote {path}")

@@ -25,6 +25,7 @@ from typing import Any
 
 from _common import (
     RESULTS_DIR,
+    ForeignLoad,
     edgeopt_command,
     load_average,
     print_table,
@@ -136,13 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load_start = load_average()
     try:
-        timings = [time_command(["--help"], args.runs), time_command(["devices"], args.runs)]
+        with ForeignLoad() as others:
+            timings = [time_command(["--help"], args.runs),
+                       time_command(["devices"], args.runs)]
         imports = {label: check_imports(python_args, args.top)
                    for label, python_args in IMPORT_CHECKS.items()}
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 1
     print_report(timings, imports)
+    share = others.result()["other_share_of_all_cores"]
+    print(f"\nother processes used {share:.0%} of all cores during the timings")
     help_timing = timings[0]
     targets = {
         "help_median": {"target": f"<= {MAX_HELP_S} s", "measured": help_timing["median"],
@@ -155,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             "verdict": verdict(not imports["from edgeopt.cli import cli"]
                                ["tensorflow_imported"])},
     }
-    path = write_results(NAME, {"load_average_at_start": load_start, "runs": args.runs,
+    path = write_results(NAME, {"load_average_at_start": load_start,
+                                "other_processes": others.result(), "runs": args.runs,
                                 "timings": timings, "imports": imports,
                                 "targets": targets}, args.results_dir)
     print(f"\nwrote {path}")
