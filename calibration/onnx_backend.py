@@ -10,6 +10,8 @@ output, run one batch at a time.
 
 from __future__ import annotations
 
+import contextlib
+
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,7 +48,10 @@ def prepare(model_bytes: bytes) -> bytes:
         onnx.save(model, str(src))
         for symbolic in (True, False):
             try:
-                quant_pre_process(str(src), str(dst), skip_symbolic_shape=not symbolic)
+                # onnxruntime's symbolic shape inference may save 'sym_shape_infer_temp.onnx'
+                # into the working folder: keep it in ours, never the user's.
+                with contextlib.chdir(tmp):
+                    quant_pre_process(str(src), str(dst), skip_symbolic_shape=not symbolic)
                 return dst.read_bytes()
             except Exception as exc:  # noqa: BLE001 - symbolic shape inference is fragile
                 error = exc

@@ -177,7 +177,8 @@ def test_config_file_reproduces_the_build(sample_builds, run_cli, tmp_path):
     assert after["accuracy"] == before["accuracy"]
 
 
-def test_onnx_stays_onnx_with_qdq_int8(run_cli, tmp_path):
+def test_onnx_stays_onnx_with_qdq_int8(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing may be left in the working folder
     out = tmp_path / "onnx_bundle"
     result = run_cli("build", SAMPLES / "digits_cnn.onnx", "--format", "onnx",
                      "--device", "host-cpu", "--calib", SAMPLES / "digits_calib.npz",
@@ -192,6 +193,7 @@ def test_onnx_stays_onnx_with_qdq_int8(run_cli, tmp_path):
     assert acc["value"] >= acc["reference"] - 0.01
     assert manifest["validation"]["runtime"].endswith("onnxruntime (CPU)")
     assert json.loads(result.stdout)["bundle"] == str(out)
+    assert [p.name for p in tmp_path.iterdir()] == ["onnx_bundle"]
 
 
 def test_held_back_evaluation_and_float_io_for_host_cpu(run_cli, tmp_path, tiny_keras_path,
