@@ -16,6 +16,7 @@ import click
 
 from edgeopt import __version__
 from edgeopt.errors import EdgeoptError
+from edgeopt.options import comma_floats
 
 EXAMPLES = {
     "build": "edgeopt build samples/digits_cnn.onnx --device pixel-npu "
@@ -102,15 +103,6 @@ def cli(debug: bool) -> None:
 
 # --- build ------------------------------------------------------------------------------
 
-def _floats(text: str | None) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError as exc:
-        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}") from exc
-
-
 @cli.command(epilog=_example("build"))
 @click.argument("model", required=False)
 @click.option("--device", "-d", default=None, help="Device profile name or a profile .toml "
@@ -155,8 +147,8 @@ def build(model, device, calib, eval_data, output, fmt, scheme, method, recipe, 
     config = resolve(file_values, {"model": model, "device": device, "calib": calib,
                                    "eval": eval_data, "output": output, "format": fmt,
                                    "scheme": scheme, "method": method, "recipe": recipe,
-                                   "accuracy_budget": accuracy_budget, "mean": _floats(mean),
-                                   "std": _floats(std),
+                                   "accuracy_budget": accuracy_budget, "mean": comma_floats(mean),
+                                   "std": comma_floats(std),
                                    "input_shapes": tuple(input_shapes) or None,
                                    "require_full_delegation": require_full_delegation or None})
     if dry_run:

@@ -28,6 +28,7 @@ from edgeopt.calibration.config import (
     WeightMethod,
 )
 from edgeopt.errors import ConfigError
+from edgeopt.options import comma_floats
 
 Progress = Callable[[str], None]
 RANGE_METHODS = ("auto", "minmax", "percentile", "mse", "entropy")
@@ -186,15 +187,6 @@ def report_page(result: QuantResult) -> str:
 
 # --- the click command (registered by edgeopt.cli) ------------------------------------
 
-def _floats(text: str | None) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError as exc:
-        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}") from exc
-
-
 def summary(record: dict) -> str:
     validation = record.get("validation") or {}
     lines = [f"wrote {record['output']} ({record['size_bytes'] / 1024:.1f} KiB, "
@@ -251,7 +243,7 @@ def quantize_command(model, calib, eval_data, output, scheme, method, weight_met
                "scheme": scheme, "method": method, "weight_method": weight_method,
                "block_size": int(block_size) if block_size else None, "recipe": recipe,
                "accuracy_budget": accuracy_budget, "io_dtype": io_dtype,
-               "mean": _floats(mean), "std": _floats(std),
+               "mean": comma_floats(mean), "std": comma_floats(std),
                "bias_correction": not no_bias_correction, "report": report}
     if dry_run:
         click.echo(json.dumps(build_config(options).to_json(), indent=2))
