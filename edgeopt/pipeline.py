@@ -269,6 +269,9 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         notes.append("calibrated on random data (--calib random): the accuracy figures are "
                      "not representative; rebuild with real samples before shipping")
     notes += _accuracy_notes(validation)
+    if artifact.conversion.get("batch_fixed_to_1"):
+        notes.append("edgeopt fixed the dynamic batch dimension to 1: mobile delegates (the "
+                     "Edge TPU compiler among them) need static shapes")
     parity = artifact.conversion.get("parity")
     if parity and parity["warning"]:
         notes.append(f"float conversion differs from the source (cosine {parity['cosine']:.6f})")

@@ -339,6 +339,7 @@ def test_keras_dynamic_batch_is_fixed_for_the_edge_tpu(run_cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     manifest = _manifest(out)
     assert manifest["conversion"]["batch_fixed_to_1"] is True
+    assert any("fixed the dynamic batch" in note for note in manifest["notes"])
     assert manifest["placement"]["cpu_ops"] == 0
     assert manifest["inputs"][0]["shape"][0] == 1 and manifest["inputs"][0]["dtype"] == "uint8"
 
