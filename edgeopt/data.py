@@ -77,6 +77,10 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
                  seed: int = 0) -> Dataset:
     """Read `spec` (a path or `random`) into arrays that fit `inputs`."""
     preprocessing = preprocessing or Preprocessing()
+    for tensor in inputs:
+        if not tensor.shape:
+            raise DataError(f"input '{tensor.name}' is a scalar (rank 0); edgeopt needs a "
+                            "batch dimension on every input (re-export the model with it)")
     if spec == "random":
         return _random_dataset(inputs, seed)
     path = Path(spec)
@@ -206,7 +210,11 @@ def _random_dataset(inputs, seed: int) -> Dataset:
     rng = np.random.default_rng(seed)
     arrays = {}
     for spec in inputs:
-        shape = (RANDOM_SAMPLES,) + tuple(1 if d < 0 else d for d in spec.shape[1:])
+        if any(d < 0 for d in spec.shape[1:]):
+            raise DataError(f"--calib random cannot invent a size for the dynamic dimensions "
+                            f"of input '{spec.name}' {_shape_text(spec.shape)}; fix them with "
+                            f"--input-shape {spec.name}:1,... or give real data")
+        shape = (RANDOM_SAMPLES,) + tuple(spec.shape[1:])
         dtype = np.dtype(spec.dtype)
         if dtype.kind == "f":
             arrays[spec.name] = rng.random(shape, dtype=np.float32).astype(dtype)

@@ -102,7 +102,11 @@ class OnnxRunner:
         chunks = []
         for start in range(0, count, step):
             chunk = {k: v[start:start + step] for k, v in feeds.items()}
-            chunks.append(self.session.run(None, chunk))
+            try:
+                chunks.append(self.session.run(None, chunk))
+            except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
+                raise ConversionError(f"onnxruntime could not run the model on these inputs: "
+                                      f"{first_line(exc)}") from exc
         return [np.concatenate(outs).astype(np.float32, copy=False) for outs in zip(*chunks)]
 
 
@@ -115,8 +119,12 @@ class KerasRunner:
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         args = [feeds[name] for name in self.input_names]
-        outputs = self.model.predict(args if len(args) > 1 else args[0], verbose=0,
-                                     batch_size=64)
+        try:
+            outputs = self.model.predict(args if len(args) > 1 else args[0], verbose=0,
+                                         batch_size=64)
+        except Exception as exc:  # Keras/TF raise many types for inputs a model cannot take
+            raise ConversionError(f"Keras could not run the model on these inputs: "
+                                  f"{first_line(exc)}") from exc
         outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
         return [np.asarray(o, dtype=np.float32) for o in outputs]
 
@@ -138,7 +146,11 @@ class SavedModelRunner:
         chunks = []
         for start in range(0, count, 64):
             args = {k: tf.constant(v[start:start + 64]) for k, v in feeds.items()}
-            result = self.signature(**args)
+            try:
+                result = self.signature(**args)
+            except Exception as exc:  # TF raises many types for inputs a model cannot take
+                raise ConversionError(f"TensorFlow could not run the SavedModel on these "
+                                      f"inputs: {first_line(exc)}") from exc
             chunks.append([result[name].numpy() for name in self.output_names])
         return [np.concatenate(outs).astype(np.float32, copy=False) for outs in zip(*chunks)]
 

@@ -389,3 +389,46 @@ def test_scheme_the_device_cannot_run(run_cli, tmp_path, tiny_onnx_path):
     assert_user_error(run_cli("build", tiny_onnx_path, "--device", "pixel-npu", "--format",
                               "onnx", "--calib", "random", "-o", tmp_path / "o"),
                       "does not run .onnx")
+
+
+def _odd_onnx(path, inputs, nodes, outputs):
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "odd", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_models_the_data_path_cannot_feed_are_clear_errors(run_cli, tmp_path):
+    from onnx import TensorProto, helper
+
+    scalar = _odd_onnx(tmp_path / "scalar.onnx",
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                        helper.make_tensor_value_info("k", TensorProto.FLOAT, [])],
+                       [helper.make_node("Mul", ["x", "k"], ["y"])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    assert_user_error(run_cli("build", scalar, "--calib", "random", "-o", tmp_path / "o"),
+                      "scalar")
+    dynamic = _odd_onnx(tmp_path / "dynamic.onnx",
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T"])],
+                        [helper.make_node("Relu", ["x"], ["y"])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "T"])])
+    assert_user_error(run_cli("build", dynamic, "--calib", "random", "-o", tmp_path / "o"),
+                      "--input-shape x:1")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_model_its_runtime_cannot_run_is_a_clear_error(run_cli, tmp_path):
+    from onnx import TensorProto, helper
+
+    bad = _odd_onnx(tmp_path / "reshape.onnx",
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+                    [helper.make_node("Constant", [], ["s"], value=helper.make_tensor(
+                        "s", TensorProto.INT64, [2], [4, 4])),
+                     helper.make_node("Reshape", ["x", "s"], ["y"])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])])
+    assert_user_error(run_cli("build", bad, "--calib", "random", "-o", tmp_path / "o"),
+                      "onnxruntime could not run the model")
