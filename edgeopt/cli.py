@@ -24,6 +24,7 @@ EXAMPLES = {
     "convert": "edgeopt convert samples/digits_cnn.onnx -o digits_float.tflite",
     "inspect": "edgeopt inspect samples/digits_cnn.keras --json",
     "devices": "edgeopt devices --json",
+    "completion": "eval \"$(edgeopt completion bash)\"   # in ~/.bashrc; zsh: ~/.zshrc",
 }
 
 
@@ -283,6 +284,16 @@ def devices(ctx, as_json):
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+@cli.command(epilog=_example("completion"))
+@click.argument("shell", type=click.Choice(["bash", "zsh"]))
+def completion(shell):
+    """Print the shell-completion script for SHELL (commands, options, device names)."""
+    from click.shell_completion import get_completion_class
+
+    script = get_completion_class(shell)(cli, {}, "edgeopt", "_EDGEOPT_COMPLETE").source()
+    click.echo(script)
 
 
 def _register_commands() -> None:

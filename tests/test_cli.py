@@ -84,3 +84,23 @@ def test_dry_run_prints_the_resolved_config(run_cli, tiny_onnx_path):
     assert result.exit_code == 0
     config = json.loads(result.stdout)
     assert config["device"] == "coral-usb" and config["model"] == str(tiny_onnx_path)
+
+
+def test_shell_completion_scripts(run_cli):
+    for shell, marker in (("bash", "complete -o nosort -F"), ("zsh", "compdef")):
+        result = run_cli("completion", shell)
+        assert result.exit_code == 0 and marker in result.stdout
+        assert "_EDGEOPT_COMPLETE" in result.stdout
+    assert_user_error(run_cli("completion", "fish-and-chips"), "invalid value")
+
+
+def test_completion_lists_commands():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "_EDGEOPT_COMPLETE": "bash_complete", "COMP_WORDS": "edgeopt bu",
+           "COMP_CWORD": "1"}
+    out = subprocess.run([sys.executable, "-m", "edgeopt.cli"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert "build" in out.stdout
