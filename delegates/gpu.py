@@ -97,9 +97,8 @@ def reduce_axes_constant(v: OpView) -> tuple[bool, str]:
 def slice_rank_3_or_4(v: OpView) -> tuple[bool, str]:
     """SLICE / STRIDED_SLICE inputs must be 3-D or 4-D, without ellipsis, new-axis or shrink
     masks"""
-    for mask in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask"):
-        if v.opt(mask, 0):
-            return False, f"{mask} = {v.opt(mask)}"
+    if mask := v.set_slice_mask():
+        return False, mask
     rank = v.rank(v.input(0))
     return rank in (3, 4), f"rank {rank} input"
 

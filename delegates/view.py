@@ -87,6 +87,13 @@ class OpView:
         """A builtin option of the op (``stride_w``, ``fused_activation_function``, ...)."""
         return self.op.options.get(key, default)
 
+    def set_slice_mask(self) -> str | None:
+        """``"ellipsis_mask = 1"`` for the first slice mask that is set, else None."""
+        for mask in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask"):
+            if self.opt(mask, 0):
+                return f"{mask} = {self.opt(mask)}"
+        return None
+
     def param(self, key: str, default: Any = None) -> Any:
         """A delegate-specific parameter from the op's table row."""
         return self.spec.params.get(key, default) if self.spec else default

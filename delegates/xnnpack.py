@@ -170,9 +170,8 @@ def slice_params(v: OpView) -> tuple[bool, str]:
 def strided_slice_params(v: OpView) -> tuple[bool, str]:
     """STRIDED_SLICE: constant begin/end/strides, all strides 1, no ellipsis/new-axis/shrink
     masks"""
-    for mask in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask"):
-        if v.opt(mask, 0):
-            return False, f"{mask} = {v.opt(mask)}"
+    if mask := v.set_slice_mask():
+        return False, mask
     if not all(v.is_static(p) for p in (1, 2, 3)):
         return False, "begin/end/strides computed at run time"
     strides = v.const(3)

@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+from edgeopt.devices.runners.remote_bench import parse_flags
+
 A_CNXN, A_OPEN, A_OKAY, A_WRTE, A_CLSE, A_AUTH = (
     int.from_bytes(name, "little") for name in (b"CNXN", b"OPEN", b"OKAY", b"WRTE", b"CLSE",
                                                  b"AUTH"))
@@ -520,14 +522,6 @@ def install_benchmark_model(sandbox: Sandbox) -> Path:
     return target
 
 
-def _flags(argv: list[str]) -> dict[str, str]:
-    flags = {}
-    for arg in argv:
-        key, _, value = arg.lstrip("-").partition("=")
-        flags[key] = value
-    return flags
-
-
 def _mode(root: Path) -> str:
     mode_file = root / "data/local/tmp/.benchmark_mode"
     return mode_file.read_text().strip() if mode_file.exists() else "normal"
@@ -539,7 +533,7 @@ def benchmark_model_main(argv: list[str]) -> int:
     Modes (file /data/local/tmp/.benchmark_mode): normal, hang, disconnect, fail.
     """
     root = Path(os.environ["LOOPBACK_DEVICE_ROOT"])
-    flags, mode = _flags(argv), _mode(root)
+    flags, mode = parse_flags(argv), _mode(root)
     print("STARTING!", flush=True)
     if mode in ("hang", "disconnect"):
         (root / "data/local/tmp/.benchmark_started").write_text(str(os.getpid()))

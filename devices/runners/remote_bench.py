@@ -18,7 +18,8 @@ import sys
 import time
 
 
-def _flags(argv: list[str]) -> dict[str, str]:
+def parse_flags(argv: list[str]) -> dict[str, str]:
+    """benchmark_model-style `--key=value` arguments as a dict."""
     flags = {}
     for arg in argv:
         key, _, value = arg.lstrip("-").partition("=")
@@ -119,7 +120,7 @@ def _save_outputs(interpreter, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    flags = _flags(argv)
+    flags = parse_flags(argv)
     print(f"STARTING!\nGraph: [{flags.get('graph', '')}]", flush=True)
     rss0, start = _rss_mb(), time.perf_counter()
     try:
