@@ -30,6 +30,14 @@ def _validate_schema(manifest: dict) -> None:
     jsonschema.validate(manifest, schema, format_checker=jsonschema.FormatChecker())
 
 
+def _build_sample(run_cli, model: str, out, *flags, evaluation: bool = True):
+    """`edgeopt build samples/MODEL --calib digits_calib.npz [--eval digits_eval.npz] --json`."""
+    data = ["--calib", SAMPLES / "digits_calib.npz"]
+    if evaluation:
+        data += ["--eval", SAMPLES / "digits_eval.npz"]
+    return run_cli("build", SAMPLES / model, *data, "-o", out, "--json", *flags)
+
+
 def _contents(folder) -> dict:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
@@ -180,9 +188,8 @@ def test_config_file_reproduces_the_build(sample_builds, run_cli, tmp_path):
 def test_onnx_stays_onnx_with_qdq_int8(run_cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing may be left in the working folder
     out = tmp_path / "onnx_bundle"
-    result = run_cli("build", SAMPLES / "digits_cnn.onnx", "--format", "onnx",
-                     "--device", "host-cpu", "--calib", SAMPLES / "digits_calib.npz",
-                     "--eval", SAMPLES / "digits_eval.npz", "-o", out, "--json")
+    result = _build_sample(run_cli, "digits_cnn.onnx", out, "--format", "onnx",
+                           "--device", "host-cpu")
     assert result.exit_code == 0, result.stderr
     manifest = _check_bundle(out, "onnx")
     import onnx
@@ -319,8 +326,8 @@ def test_pixel_npu_sample_is_fully_delegated(sample_builds):
 
 def test_ethos_u_bundle_carries_the_vela_compiled_model(run_cli, tmp_path):
     out = tmp_path / "u55"
-    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--device", "ethos-u55-256",
-                     "--calib", SAMPLES / "digits_calib.npz", "-o", out, "--json")
+    result = _build_sample(run_cli, "digits_cnn.keras", out, "--device", "ethos-u55-256",
+                           evaluation=False)
     assert result.exit_code == 0, result.stderr
     manifest = _check_bundle(out, "tflite")
     compiled = manifest["compiled"]
@@ -334,8 +341,8 @@ def test_ethos_u_bundle_carries_the_vela_compiled_model(run_cli, tmp_path):
 
 def test_keras_dynamic_batch_is_fixed_for_the_edge_tpu(run_cli, tmp_path):
     out = tmp_path / "coral"
-    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--device", "coral-usb",
-                     "--calib", SAMPLES / "digits_calib.npz", "-o", out, "--json")
+    result = _build_sample(run_cli, "digits_cnn.keras", out, "--device", "coral-usb",
+                           evaluation=False)
     assert result.exit_code == 0, result.stderr
     manifest = _manifest(out)
     assert manifest["conversion"]["batch_fixed_to_1"] is True
@@ -346,9 +353,8 @@ def test_keras_dynamic_batch_is_fixed_for_the_edge_tpu(run_cli, tmp_path):
 
 def test_require_full_delegation(run_cli, tmp_path):
     out = tmp_path / "strict"
-    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--device", "host-cpu",
-                     "--calib", SAMPLES / "digits_calib.npz", "-o", out,
-                     "--require-full-delegation")
+    result = _build_sample(run_cli, "digits_cnn.keras", out, "--device", "host-cpu",
+                           "--require-full-delegation", evaluation=False)
     assert_user_error(result, "would fall back to the CPU on host-cpu")
     assert "SOFTMAX" in result.stderr and not out.exists()
 
@@ -360,9 +366,8 @@ def test_calibration_core_beats_the_converter_on_the_sample(sample_builds, run_c
     assert core["quantization"]["layer_report"]
     assert "Quantization error by layer" in (sample_builds["onnx"] / "report.html").read_text()
     out = tmp_path / "baseline"
-    result = run_cli("build", SAMPLES / "digits_cnn.onnx", "--device", "pixel-npu",
-                     "--method", "converter", "--calib", SAMPLES / "digits_calib.npz",
-                     "--eval", SAMPLES / "digits_eval.npz", "-o", out, "--json")
+    result = _build_sample(run_cli, "digits_cnn.onnx", out, "--device", "pixel-npu",
+                           "--method", "converter")
     assert result.exit_code == 0, result.stderr
     baseline = _check_bundle(out, "tflite")
     assert baseline["recipe"]["method"].startswith("TFLite converter")
@@ -372,9 +377,8 @@ def test_calibration_core_beats_the_converter_on_the_sample(sample_builds, run_c
 
 def test_w4a8_build_for_the_cpu(run_cli, tmp_path):
     out = tmp_path / "w4"
-    result = run_cli("build", SAMPLES / "digits_cnn.keras", "--device", "host-cpu",
-                     "--scheme", "w4a8", "--calib", SAMPLES / "digits_calib.npz",
-                     "--eval", SAMPLES / "digits_eval.npz", "-o", out, "--json")
+    result = _build_sample(run_cli, "digits_cnn.keras", out, "--device", "host-cpu",
+                           "--scheme", "w4a8")
     assert result.exit_code == 0, result.stderr
     manifest = _check_bundle(out, "tflite")
     assert manifest["recipe"]["scheme"] == "w4a8"
