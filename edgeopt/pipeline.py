@@ -33,7 +33,6 @@ from edgeopt.validate import Validation, compare
 SCHEMA_VERSION = 1
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
              "onnxruntime", "onnx2tf", "numpy")
-PENDING_PLACEMENT = "per-op placement is computed by the delegates stage (not yet built)"
 ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite graphs; build with --format tflite for "
                       "a latency and energy estimate")
 
@@ -288,8 +287,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
                    "io_dtype": _io_dtype(specs.inputs)},
         "accuracy": validation.accuracy_json(),
         "validation": {**validation.to_json(), "runtime": _where(artifact)},
-        "placement": None, "placement_note": PENDING_PLACEMENT,
-        "estimate": None, "estimate_note": ONNX_ESTIMATE_NOTE,
+        "placement": None, "estimate": None,  # filled, or explained, by the records below
         "conversion": artifact.conversion,
         "sizes": {"source_bytes": handle.size_bytes, "float_tflite_bytes":
                   artifact.conversion.get("float_tflite_bytes"),
@@ -376,9 +374,9 @@ def estimate_artifact(artifact: Artifact, profile: DeviceProfile, placement):
 
 def _estimate_record(manifest: dict, estimate) -> None:
     if estimate is None:
+        manifest["estimate"], manifest["estimate_note"] = None, ONNX_ESTIMATE_NOTE
         return
     manifest["estimate"] = estimate.manifest_json()
-    manifest.pop("estimate_note", None)
     manifest["notes"] += [n for n in estimate.notes if n not in manifest["notes"]]
 
 
@@ -388,7 +386,6 @@ def _placement_record(manifest: dict, placement, stem: str) -> None:
         manifest["placement"], manifest["placement_note"] = None, ONNX_PLACEMENT_NOTE
         return
     manifest["placement"] = placement.manifest_json()
-    manifest.pop("placement_note", None)
     manifest["notes"] += list(placement.notes)
     if placement.artifact:
         name = f"{stem}_vela.tflite"
