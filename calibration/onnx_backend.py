@@ -11,7 +11,7 @@ output, run one batch at a time.
 from __future__ import annotations
 
 import contextlib
-
+import io
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,8 +49,9 @@ def prepare(model_bytes: bytes) -> bytes:
         for symbolic in (True, False):
             try:
                 # onnxruntime's symbolic shape inference may save 'sym_shape_infer_temp.onnx'
-                # into the working folder: keep it in ours, never the user's.
-                with contextlib.chdir(tmp):
+                # into the working folder: keep it in ours, never the user's. On failure it
+                # prints a traceback to sys.stderr itself: the error below says it in one line.
+                with contextlib.chdir(tmp), contextlib.redirect_stderr(io.StringIO()):
                     quant_pre_process(str(src), str(dst), skip_symbolic_shape=not symbolic)
                 return dst.read_bytes()
             except Exception as exc:  # noqa: BLE001 - symbolic shape inference is fragile
@@ -209,6 +210,8 @@ class OnnxCapture:
 
     def stream(self, calib: dict[str, np.ndarray], tensors: set[str],
                batch_size: int = 8) -> Iterator[dict[str, np.ndarray]]:
+        from edgeopt.runtime import ort_run
+
         sources = {self.rename.get(name, name): name for name in tensors}
         run = session(with_outputs(self.model_bytes, sorted(sources)), self.num_threads)
         names = [o.name for o in run.get_outputs() if o.name in sources]
@@ -220,7 +223,13 @@ class OnnxCapture:
         count = len(next(iter(calib.values())))
         for start in range(0, count, step):
             feeds = {n: calib[n][start:start + step] for n in feeds_names}
-            values = run.run(names, feeds)
+            try:
+                values = ort_run(run, feeds, names)
+            except ConversionError:
+                raise
+            except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
+                raise ConversionError(f"onnxruntime could not run the model on the calibration "
+                                      f"data: {first_line(exc)}") from exc
             yield {sources[n]: np.asarray(v, np.float32) for n, v in zip(names, values)}
 
 

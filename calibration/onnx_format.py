@@ -12,6 +12,7 @@ from edgeopt.calibration.onnx_backend import OnnxCapture, prepare, read_graph, s
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
 from edgeopt.errors import ConversionError, first_line
+from edgeopt.runtime import ort_run
 
 # onnxruntime's QDQ naming: tensor T becomes T_QuantizeLinear_Output -> T_DequantizeLinear_Output
 _DEQUANTIZED = "_DequantizeLinear_Output"
@@ -87,7 +88,9 @@ class OnnxFormat:
         chunks = []
         for start in range(0, count, step):
             try:
-                chunks.append(run.run(None, {n: feeds[n][start:start + step] for n in names}))
+                chunks.append(ort_run(run, {n: feeds[n][start:start + step] for n in names}))
+            except ConversionError:  # stopped at the deadline: no precision fallback helps
+                raise
             except Exception as exc:  # onnxruntime's own exception types
                 raise RuntimeRejected(f"onnxruntime failed to run the model: "
                                       f"{first_line(exc)}") from exc

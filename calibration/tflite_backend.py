@@ -18,7 +18,7 @@ import numpy as np
 
 from edgeopt.calibration.graphspec import CalibGraph, ConvGeometry, Layer, LayerKind, OpInfo
 from edgeopt.calibration.tflite_buffers import float_constants, read_constant, shared_buffers
-from edgeopt.errors import ConversionError, DataError, ModelLoadError
+from edgeopt.errors import ConversionError, DataError, ModelLoadError, first_line
 
 WEIGHT_OPS = {"CONV_2D": LayerKind.CONV, "DEPTHWISE_CONV_2D": LayerKind.DEPTHWISE,
               "FULLY_CONNECTED": LayerKind.DENSE}
@@ -85,6 +85,10 @@ def read_graph(model: bytes) -> CalibGraph:
     from edgeopt.tflite_reader import read_tflite
 
     graph = read_tflite(model)
+    unnamed = [i for i, t in enumerate(graph.tensors) if not t.name]
+    if unnamed:  # ai-edge-quantizer keys everything by tensor name
+        raise ConversionError(f"the .tflite has {len(unnamed)} unnamed tensor(s) (index "
+                              f"{unnamed[0]}); the quantizer needs every tensor named")
     if any(t.is_constant and t.quantization is not None and t.dtype.startswith("int")
            for t in graph.tensors):
         raise ConversionError("the .tflite is already quantized (it has integer weights); "
@@ -155,18 +159,26 @@ class TFLiteCapture:
                 pending = {name: [] for name in pending}
 
     def _invoke(self, feeds: dict[int, np.ndarray]) -> None:
-        for detail in self.inputs:
-            value = feeds[detail["index"]]
-            scale, zero_point = detail["quantization"]
-            dtype = np.dtype(detail["dtype"])
-            if dtype.kind in "iu" and scale:
-                info = np.iinfo(dtype)
-                value = np.clip(np.rint(value / scale) + zero_point, info.min, info.max)
-            self.interpreter.set_tensor(detail["index"], value.astype(dtype))
-        self.interpreter.invoke()
+        try:
+            for detail in self.inputs:
+                value = feeds[detail["index"]]
+                scale, zero_point = detail["quantization"]
+                dtype = np.dtype(detail["dtype"])
+                if dtype.kind in "iu" and scale:
+                    info = np.iinfo(dtype)
+                    value = np.clip(np.rint(value / scale) + zero_point, info.min, info.max)
+                self.interpreter.set_tensor(detail["index"], value.astype(dtype))
+            self.interpreter.invoke()
+        except (ValueError, RuntimeError) as exc:  # a shape LiteRT will not take, a failed op
+            raise ConversionError(f"LiteRT could not run the model on the calibration data: "
+                                  f"{first_line(exc)}") from exc
 
     def _read(self, detail: dict) -> np.ndarray:
-        value = self.interpreter.get_tensor(detail["index"])
+        try:
+            value = self.interpreter.get_tensor(detail["index"])
+        except ValueError as exc:  # 'Tensor data is null': LiteRT kept no buffer for it
+            raise ConversionError(f"LiteRT cannot read tensor '{detail['name']}' after running "
+                                  f"the model: {first_line(exc)}") from exc
         if value.dtype.kind in "iu":
             params = detail["quantization_parameters"]
             scales, zero_points = params["scales"], params["zero_points"]

@@ -145,7 +145,9 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
             result = qt.quantize(qsvs if qsvs else None, enable_progress_bar=False,
                                  enable_progress_report=False)
         model = bytes(result.quantized_model)
-    except (ValueError, RuntimeError, KeyError, TypeError) as exc:
+    except (ValueError, RuntimeError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        # AttributeError/IndexError: the quantizer's own code on a model it cannot handle
+        # (an unnamed tensor, an index past a table), found by the fuzz suite
         raise ConversionError(f"ai-edge-quantizer could not write the {plan.mode} model: "
                               f"{first_line(exc)}") from exc
     if plan.io_dtype == "uint8" and plan.mode == Mode.STATIC:

@@ -20,8 +20,13 @@ Criterion = Callable[[ChannelGraph, Any], Scores]
 
 
 def _kernel(cg: ChannelGraph, name: str) -> np.ndarray:
-    """The kernel of a source layer with output channels on the first axis."""
-    kernel = np.asarray(cg.model.get_layer(name).kernel)
+    """The kernel of a source layer with output channels on the first axis.
+
+    For a SeparableConv2D that is the pointwise kernel: the one that makes its outputs.
+    """
+    layer = cg.model.get_layer(name)
+    kernel = np.asarray(layer.pointwise_kernel if hasattr(layer, "pointwise_kernel")
+                        else layer.kernel)
     return np.moveaxis(kernel, -1, 0).reshape(kernel.shape[-1], -1)
 
 
@@ -59,18 +64,32 @@ def mean_activation(cg: ChannelGraph, sample_inputs: Any) -> Scores:
     return {n: np.abs(o).reshape(-1, o.shape[-1]).mean(axis=0) for n, o in zip(names, outputs)}
 
 
+def taylor(cg: ChannelGraph, sample_inputs: Any) -> Scores:
+    """First-order Taylor importance (gradient x activation) on the sample inputs, with
+    the model's own top-1 outputs as targets; see ``edgeopt.compression.taylor``."""
+    from edgeopt.compression.taylor import taylor as taylor_scores
+
+    return taylor_scores(cg, sample_inputs)
+
+
 CRITERIA: dict[str, Criterion] = {
     "l1": l1_norm, "l2": l2_norm, "bn_scale": bn_scale, "activation": mean_activation,
+    "taylor": taylor,
 }
 
 
-def get_criterion(criterion: str | Criterion) -> Criterion:
-    """A criterion by name (``l1``, ``l2``, ``bn_scale``, ``activation``) or as given."""
+def get_criterion(criterion: str | Criterion, labels: Any = None) -> Criterion:
+    """A criterion by name (``l1``, ``l2``, ``bn_scale``, ``activation``, ``taylor``) or as
+    given. ``labels`` of the sample inputs feed the Taylor criterion's loss."""
     if callable(criterion):
         return criterion
     if criterion not in CRITERIA:
         raise PruneError(f"unknown pruning criterion '{criterion}' "
                          f"(choose from {', '.join(CRITERIA)})")
+    if criterion == "taylor" and labels is not None:
+        from edgeopt.compression.taylor import taylor as taylor_scores
+
+        return lambda cg, samples: taylor_scores(cg, samples, labels)
     return CRITERIA[criterion]
 
 

@@ -54,6 +54,19 @@ def as_logits(outputs: Any) -> np.ndarray:
     return np.log(np.clip(out, 1e-7, 1.0)) if looks_like_probs else out
 
 
+def _check_config(config: DistillConfig) -> None:
+    from edgeopt.errors import ConfigError
+
+    unknown = [name for name in config.augment if name not in AUGMENTS]
+    if unknown:
+        raise ConfigError(f"unknown augmentation '{unknown[0]}' (choose from "
+                          f"{', '.join(AUGMENTS)})")
+    if not 0 < config.holdout < 1:
+        raise ConfigError(f"holdout must be between 0 and 1 (exclusive), got {config.holdout}")
+    if config.epochs < 1 or config.batch_size < 1 or config.temperature <= 0:
+        raise ConfigError("epochs and batch size must be at least 1, temperature above 0")
+
+
 def _check(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any) -> None:
     expected = tuple(student.inputs[0].shape[1:])
     if tuple(inputs.shape[1:]) != expected:
@@ -64,8 +77,19 @@ def _check(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any) -> N
     s_shape = as_logits(student(inputs[:2], training=False)).shape
     if t_shape != s_shape:
         raise DataError(f"student outputs {s_shape[1:]} do not match the teacher's {t_shape[1:]}")
-    if labels is not None and len(labels) != len(inputs):
-        raise DataError(f"{len(labels)} labels for {len(inputs)} samples")
+    if labels is not None:
+        _check_labels(np.asarray(labels), len(inputs), t_shape[-1])
+
+
+def _check_labels(labels: np.ndarray, count: int, classes: int) -> None:
+    """Labels are one class index per sample, within the outputs' classes."""
+    if len(labels) != count:
+        raise DataError(f"{len(labels)} labels for {count} samples")
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise DataError("labels must be one integer class index per sample")
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise DataError(f"labels must be class indices in 0..{classes - 1}, got "
+                        f"{int(labels.min())}..{int(labels.max())}")
 
 
 def _split(count: int, config: DistillConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -123,10 +147,14 @@ def agreement(teacher: Teacher, student: Any, inputs: np.ndarray) -> float:
     return float((t == s).mean())
 
 
-def _evaluate(teacher: Teacher, student: Any, inputs: np.ndarray, config: DistillConfig) -> dict:
-    loss = _loss(as_logits(student(inputs, training=False)), as_logits(teacher(inputs)),
-                 None, config)
-    return {"val_loss": float(loss), "agreement": agreement(teacher, student, inputs)}
+def _evaluate(teacher: Teacher | np.ndarray, student: Any, inputs: np.ndarray,
+              config: DistillConfig) -> dict:
+    """Held-back loss and top-1 agreement; ``teacher`` may be its logits computed once."""
+    target = teacher if isinstance(teacher, np.ndarray) else as_logits(teacher(inputs))
+    out = as_logits(student(inputs, training=False))
+    loss = _loss(out, target, None, config)
+    return {"val_loss": float(loss),
+            "agreement": float((out.argmax(axis=-1) == target.argmax(axis=-1)).mean())}
 
 
 class _EarlyStopping:
@@ -155,23 +183,27 @@ def distill(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any = No
 
     A ``holdout`` share of the samples is held back; training stops after ``patience``
     epochs without a better held-back loss and the best weights are restored.
-    ``progress`` receives each epoch's record (the CLI draws the bar).
+    ``progress`` receives each epoch's record ``{epoch, loss, val_loss, agreement}`` (the
+    CLI draws the bar; ``config.epochs`` is its length). ``teacher`` is any callable from a
+    batch to outputs: a Keras model, or ``runtime_teacher(path, student)`` for a file.
     """
     import keras
 
     config = config or DistillConfig()
+    _check_config(config)
     inputs = np.asarray(inputs, dtype="float32")
     _check(teacher, student, inputs, labels)
     labels = None if labels is None else np.asarray(labels)
     train, held = _split(len(inputs), config)
     train_data = (inputs[train], None if labels is None else labels[train])
     rng, optimizer = np.random.default_rng(config.seed), keras.optimizers.Adam(config.learning_rate)
-    history = [{"epoch": 0} | _evaluate(teacher, student, inputs[held], config)]
+    held_targets = as_logits(teacher(inputs[held]))  # the teacher runs once on held-back data
+    history = [{"epoch": 0} | _evaluate(held_targets, student, inputs[held], config)]
     stopper = _EarlyStopping(student, history[0]["val_loss"], config.patience)
     for epoch in range(1, config.epochs + 1):
         loss = _train_epoch(student, optimizer, teacher, train_data, config, rng)
         history.append({"epoch": epoch, "loss": loss}
-                       | _evaluate(teacher, student, inputs[held], config))
+                       | _evaluate(held_targets, student, inputs[held], config))
         if progress:
             progress(history[-1])
         if stopper.should_stop(epoch, history[-1]["val_loss"]):

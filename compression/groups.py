@@ -1,12 +1,14 @@
 """Channel groups: the output channels that must be removed together.
 
-Every output channel of a Conv2D or Dense ("source") is an *atom*. Each tensor carries a
-*layout*: for each of its channels the atom it came from, or -1 for a channel that may not
-be removed (a model input). Layouts flow through the graph: BN/activations/pooling keep
-them, DepthwiseConv2D repeats them ``depth_multiplier`` times, Concatenate joins them,
-Flatten tiles them over the spatial positions, and Add-like merges tie the atoms at equal
-positions (union-find). Atoms that reach a model output are locked. A *cluster* is a set of
-tied atoms removed as one channel; a *group* is the set of clusters whose sources are tied.
+Every output channel of a Conv2D, SeparableConv2D or Dense ("source") is an *atom*. Each
+tensor carries a *layout*: for each of its channels the atom it came from, or -1 for a
+channel that may not be removed (a model input). Layouts flow through the graph:
+BN/activations/pooling keep them, DepthwiseConv2D repeats them ``depth_multiplier`` times,
+Concatenate joins them, Flatten tiles them over the spatial positions, and Add-like merges
+tie the atoms at equal positions (union-find). A softmax over channels, or a Rescaling
+with per-channel constants, locks the atoms it reads, as does a model output. A *cluster*
+is a set of tied atoms removed as one channel; a *group* is the set of clusters whose
+sources are tied.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import numpy as np
 
 from edgeopt.compression.graph import LayerNode, ModelGraph, PruneError, as_functional, read_graph
 
-SOURCES = {"Conv2D", "Dense"}
+SOURCES = {"Conv2D", "Dense", "SeparableConv2D"}
 DEPTHWISE = {"DepthwiseConv2D"}
 CHANNELWISE = {
-    "BatchNormalization", "ReLU", "Activation", "LeakyReLU", "ELU", "Dropout",
+    "BatchNormalization", "ReLU", "LeakyReLU", "ELU", "Dropout",
     "SpatialDropout2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D",
     "GlobalMaxPooling2D", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Identity",
 }
 MERGES = {"Add", "Subtract", "Multiply", "Maximum", "Minimum", "Average"}
+# A softmax normalizes over all channels: no channel that reaches it may be removed.
+COUPLED_ACTIVATIONS = {"softmax", "log_softmax"}
 
 
 class _UnionFind:
@@ -156,6 +160,26 @@ def _rule_channelwise(b: _Builder, node: LayerNode) -> np.ndarray:
     return b.layouts[node.inbound[0]]
 
 
+def _rule_lock(b: _Builder, node: LayerNode) -> np.ndarray:
+    """Pass the layout through and lock every atom in it (see COUPLED_ACTIVATIONS)."""
+    layout = b.layouts[node.inbound[0]]
+    for atom in layout[layout >= 0]:
+        b.uf.lock(int(atom))
+    return layout
+
+
+def _rule_activation(b: _Builder, node: LayerNode) -> np.ndarray:
+    if node.config.get("activation") in COUPLED_ACTIVATIONS:
+        return _rule_lock(b, node)
+    return _rule_channelwise(b, node)
+
+
+def _rule_rescaling(b: _Builder, node: LayerNode) -> np.ndarray:
+    """Scalar scale and offset act channel by channel; per-channel lists lock the channels."""
+    scalars = all(np.ndim(node.config.get(key, 0.0)) == 0 for key in ("scale", "offset"))
+    return _rule_channelwise(b, node) if scalars else _rule_lock(b, node)
+
+
 def _rule_depthwise(b: _Builder, node: LayerNode) -> np.ndarray:
     _check_channels_last(node)
     return np.repeat(b.layouts[node.inbound[0]], node.config.get("depth_multiplier", 1))
@@ -193,13 +217,15 @@ def _rule_flatten(b: _Builder, node: LayerNode) -> np.ndarray:
 RULES: dict[str, Callable[[_Builder, LayerNode], np.ndarray]] = {
     "input": _rule_input, "source": _rule_source, "channelwise": _rule_channelwise,
     "depthwise": _rule_depthwise, "merge": _rule_merge, "concat": _rule_concat,
-    "flatten": _rule_flatten,
+    "flatten": _rule_flatten, "lock": _rule_lock, "activation": _rule_activation,
+    "rescaling": _rule_rescaling,
 }
 
 
 def _kind(node: LayerNode) -> str | None:
     """The propagation rule for ``node``'s class, or None when we cannot handle it."""
-    table = {"InputLayer": "input", "Flatten": "flatten", "Concatenate": "concat"}
+    table = {"InputLayer": "input", "Flatten": "flatten", "Concatenate": "concat",
+             "Softmax": "lock", "Activation": "activation", "Rescaling": "rescaling"}
     table |= dict.fromkeys(SOURCES, "source") | dict.fromkeys(DEPTHWISE, "depthwise")
     table |= dict.fromkeys(CHANNELWISE, "channelwise") | dict.fromkeys(MERGES, "merge")
     return table.get(node.class_name)

@@ -12,34 +12,43 @@ from edgeopt.compression.groups import ChannelGraph
 
 @dataclass(frozen=True)
 class MacTerm:
-    """MACs of one layer = ``factor`` x kept inputs (if ``uses_input``) x kept outputs."""
+    """MACs = ``factor`` x kept inputs (if ``uses_input``) x kept outputs (if ``uses_output``)."""
 
     name: str
     input_name: str
     factor: int
     uses_input: bool
+    uses_output: bool = True
 
 
-def _term(layer: Any, source: str = "") -> MacTerm | None:
-    """The MAC term of a Conv2D, DepthwiseConv2D or Dense layer reading ``source``."""
+def _terms(layer: Any, source: str = "") -> list[MacTerm]:
+    """The MAC terms of a Conv2D, DepthwiseConv2D, SeparableConv2D or Dense layer.
+
+    A SeparableConv2D is two terms: its depthwise part scales with the inputs only, its
+    pointwise part with inputs x depth multiplier x outputs.
+    """
     kind = type(layer).__name__
-    if kind not in ("Conv2D", "DepthwiseConv2D", "Dense"):
-        return None
-    out_shape = layer.output.shape
-    spatial = int(np.prod(out_shape[1:-1], dtype=np.int64))
+    if kind not in ("Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Dense"):
+        return []
+    spatial = int(np.prod(layer.output.shape[1:-1], dtype=np.int64))
     area = int(np.prod(layer.kernel_size)) if kind != "Dense" else 1
-    return MacTerm(layer.name, source, spatial * area, kind != "DepthwiseConv2D")
+    if kind == "SeparableConv2D":
+        multiplier = int(layer.depth_multiplier)
+        return [MacTerm(layer.name, source, spatial * area * multiplier, True, False),
+                MacTerm(layer.name, source, spatial * multiplier, True, True)]
+    return [MacTerm(layer.name, source, spatial * area, kind != "DepthwiseConv2D")]
+
+
+def _term_macs(term: MacTerm, cin: int, cout: int) -> int:
+    return term.factor * (cin if term.uses_input else 1) * (cout if term.uses_output else 1)
 
 
 def count_macs(model: Any) -> int:
     """MACs of one forward pass (batch 1) counted from the built layers' shapes."""
     total = 0
     for layer in model.layers:
-        term = _term(layer)
-        if term is None:
-            continue
-        cin = int(layer.input.shape[-1]) if term.uses_input else 1
-        total += term.factor * cin * int(layer.output.shape[-1])
+        for term in _terms(layer):
+            total += _term_macs(term, int(layer.input.shape[-1]), int(layer.output.shape[-1]))
     return total
 
 
@@ -48,14 +57,13 @@ class MacModel:
 
     def __init__(self, cg: ChannelGraph) -> None:
         self.cg = cg
-        terms = (_term(cg.model.get_layer(n.name), n.inbound[0] if n.inbound else "")
-                 for n in cg.graph.nodes)
-        self.terms = [t for t in terms if t is not None]
+        self.terms = [term for n in cg.graph.nodes
+                      for term in _terms(cg.model.get_layer(n.name), (n.inbound or ("",))[0])]
 
     def __call__(self, kept: np.ndarray) -> int:
         total = 0
         for term in self.terms:
-            cout = int(self.cg.keep_mask(term.name, kept).sum())
+            cout = int(self.cg.keep_mask(term.name, kept).sum()) if term.uses_output else 1
             cin = int(self.cg.keep_mask(term.input_name, kept).sum()) if term.uses_input else 1
-            total += term.factor * cin * cout
+            total += _term_macs(term, cin, cout)
         return total

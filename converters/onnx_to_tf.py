@@ -70,7 +70,7 @@ def _shape_hint(shape: tuple[int, ...]) -> str:
     return ",".join("1" if i == 0 else (str(d) if d > 0 else "?") for i, d in enumerate(shape))
 
 
-def _fixed_shapes(handle: ModelHandle) -> list[str]:
+def fixed_shapes(handle: ModelHandle) -> list[str]:
     """onnx2tf's overwrite_input_shape strings: a dynamic batch becomes 1."""
     shapes = []
     for spec in handle.inputs:
@@ -100,7 +100,7 @@ def _perm_for(shape: tuple[int, ...]) -> tuple[int, ...] | None:
     return NCHW_TO_NHWC if len(shape) == 4 else None
 
 
-def _static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log) -> Path | None:
+def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log) -> Path | None:
     """Fix the input shapes and propagate them with onnxslim, in-process.
 
     onnx2tf needs static shapes on every tensor; it would call the `onnxsim` program for
@@ -132,8 +132,8 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
 
     out = workdir / "saved_model"
     log = io.StringIO()
-    shapes = _fixed_shapes(handle)
-    static = _static_onnx(handle, workdir, shapes, log)
+    shapes = fixed_shapes(handle)
+    static = static_onnx(handle, workdir, shapes, log)
     try:
         with _offline_onnx2tf(samples_nhwc), contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):

@@ -342,7 +342,8 @@ def _models_and_adb(models: tuple[str, ...], adb: str | None) -> tuple[tuple[str
 @click.option("--inputs", default=None, help="Data for --check-numerics (.npz, .npy, images); "
               "default: seeded random inputs.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600.0,
-              show_default=True, help="Seconds before a device run counts as hung.")
+              show_default=True, help="Seconds before a device run, or any other step on a "
+              "device (probe, push, pull), counts as hung.")
 @click.option("--idle", "idle_s", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Seconds of idle power sampled before the run (the baseline).")
 @click.option("--power-secs", type=click.FloatRange(min=0), default=2.0, show_default=True,

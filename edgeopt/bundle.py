@@ -4,7 +4,9 @@ Files are written into a staging folder beside the destination, flushed to disk,
 swapped in with one `renameat2(RENAME_EXCHANGE)`; the old bundle, now in the staging
 folder, is removed. A crash or SIGKILL at any point leaves either the old bundle or the
 new one at the destination, never a mixture. Staging folders of killed builds are
-removed by the next build into the same parent folder.
+removed by the next build into the same parent folder (where the system cannot exchange
+two folders, a killed build's backup of the old bundle is put back instead).
+A full disk ends the write with the file that did not fit named, and nothing left over.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from edgeopt.errors import OutputError
+from edgeopt.errors import DeviceError, EdgeoptError, OutputError, first_line
 
 STAGING_MARK = ".edgeopt-staging-"
+BACKUP_SUFFIX = "-old"
 MANIFEST = "manifest.json"
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -49,24 +53,42 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _owner_pid(name: str, mark: str) -> int | None:
+    """The pid written into a staging or temporary name after `mark`, if there is one."""
+    try:
+        return int(name.split(mark, 1)[1].split("-", 1)[0].split(".", 1)[0])
+    except (IndexError, ValueError):
+        return None
+
+
 def remove_stale_staging(parent: Path) -> None:
-    """Delete staging folders whose build process is gone (killed builds)."""
+    """Delete staging folders whose build process is gone (killed builds); a backup of an
+    old bundle whose destination is empty is put back, not deleted."""
     for entry in parent.glob(f".*{STAGING_MARK}*"):
-        try:
-            pid = int(entry.name.split(STAGING_MARK, 1)[1].split("-", 1)[0])
-        except ValueError:
+        pid = _owner_pid(entry.name, STAGING_MARK)
+        if pid is None or _pid_alive(pid):
             continue
-        if not _pid_alive(pid):
-            shutil.rmtree(entry, ignore_errors=True)
+        destination = parent / entry.name[1:].split(STAGING_MARK, 1)[0]
+        if entry.name.endswith(BACKUP_SUFFIX) and not destination.exists():
+            try:
+                os.rename(entry, destination)
+                continue
+            except OSError:
+                pass
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_tree(folder: Path) -> None:
     for path in [*folder.rglob("*"), folder]:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_path(path)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -97,10 +119,37 @@ def _publish(staging: Path, output: Path) -> None:
     if _exchange(staging, output):
         shutil.rmtree(staging, ignore_errors=True)
         return
-    backup = staging.with_name(staging.name + "-old")
+    # No exchange on this system: a kill between these two renames leaves the old bundle
+    # in the backup, which remove_stale_staging puts back.
+    backup = staging.with_name(staging.name + BACKUP_SUFFIX)
     os.rename(output, backup)
     os.rename(staging, output)
     shutil.rmtree(backup, ignore_errors=True)
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 1024:.0f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MiB"
+
+
+def _write_error(exc: OSError, output: Path, name: str | None, needed: int) -> OutputError:
+    where = output / name if name else output
+    if exc.errno in DISK_FULL:
+        return OutputError(f"no space left on device writing {where} (the bundle needs "
+                           f"{_size_text(needed)}); nothing was changed at {output}")
+    return OutputError(f"cannot write the bundle to {output}: {exc.strerror or exc} "
+                       f"({where})")
+
+
+def _stage(staging: Path, files: dict[str, bytes]) -> None:
+    """Write every file into `staging`; an OSError says which file (`.bundle_file`)."""
+    for name, content in files.items():
+        target = staging / name
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        except OSError as exc:
+            exc.bundle_file = name
+            raise
 
 
 def write_bundle(output: Path, files: dict[str, bytes]) -> Path:
@@ -109,22 +158,32 @@ def write_bundle(output: Path, files: dict[str, bytes]) -> Path:
     check_destination(output)
     parent = output.absolute().parent
     remove_stale_staging(parent)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}{STAGING_MARK}{os.getpid()}-",
-                                    dir=parent))
+    needed = sum(len(c) for c in files.values())
+    staging = None
     try:
-        for name, content in files.items():
-            target = staging / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}{STAGING_MARK}{os.getpid()}-",
+                                        dir=parent))
+        _stage(staging, files)
         os.chmod(staging, 0o755)
         _fsync_tree(staging)
         _publish(staging, output)
+        _fsync_path(parent)
     except OSError as exc:
-        raise OutputError(f"cannot write the bundle to {output}: {exc.strerror or exc}") from exc
+        raise _write_error(exc, output, getattr(exc, "bundle_file", None), needed) from exc
     finally:
-        if staging.exists():
+        if staging is not None and staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return output
+
+
+TEMP_MARK = ".edgeopt-tmp-"
+
+
+def _remove_stale_temp(parent: Path, name: str) -> None:
+    for entry in parent.glob(f".{name}{TEMP_MARK}*"):
+        pid = _owner_pid(entry.name, TEMP_MARK)
+        if pid is not None and not _pid_alive(pid):
+            entry.unlink(missing_ok=True)
 
 
 def write_file_atomic(path: Path, content: bytes) -> None:
@@ -135,19 +194,93 @@ def write_file_atomic(path: Path, content: bytes) -> None:
     parent = path.absolute().parent
     if not parent.is_dir():
         raise OutputError(f"cannot create {path}: folder {parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    _remove_stale_temp(parent, path.name)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_MARK}{os.getpid()}-",
+                                   suffix=".tmp", dir=parent)
         with os.fdopen(fd, "wb") as f:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise OutputError(f"no space left on device writing {path} (it needs "
+                              f"{_size_text(len(content))}); {path} was not changed") from exc
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 
 def manifest_bytes(manifest: dict) -> bytes:
     return (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode()
+
+
+def _file_problems(folder: Path, record: dict, what: str) -> list[str]:
+    import hashlib
+
+    path = folder / record["file"]
+    if not path.is_file():
+        return [f"{what} {record['file']} is missing"]
+    content = path.read_bytes()
+    problems = []
+    if len(content) != record.get("size_bytes", len(content)):
+        problems.append(f"{what} {record['file']} has {len(content)} bytes, the manifest "
+                        f"says {record['size_bytes']}")
+    if hashlib.sha256(content).hexdigest() != record.get("sha256"):
+        problems.append(f"{what} {record['file']} does not match its sha256 in the manifest")
+    return problems
+
+
+def verify_bundle(folder: Path) -> list[str]:
+    """What is wrong with a bundle folder (empty list: whole): the manifest parses, and the
+    model (and compiled model) match the sizes and sha256 it records."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [f"{folder / MANIFEST} cannot be read: {exc}"]
+    try:
+        problems = _file_problems(folder, manifest["model"], "model")
+        if manifest.get("compiled"):
+            problems += _file_problems(folder, manifest["compiled"], "compiled model")
+    except (KeyError, TypeError) as exc:
+        return [f"{folder / MANIFEST} lacks the model record ({exc})"]
+    return problems
+
+
+def _disk_full_in(exc: BaseException) -> OSError | str | None:
+    """The ENOSPC/EDQUOT OSError in an exception's chain, or a message that reports one
+    (TensorFlow and onnx2tf turn it into text)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            return exc
+        if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
+            return str(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def disk_full_message(exc: BaseException) -> str | None:
+    """One line for a build that ran out of disk space outside the bundle (temporary files
+    of conversion and quantization go to TMPDIR), or None when `exc` is something else."""
+    if isinstance(exc, (OutputError, DeviceError)):  # the bundle's disk, or the device's
+        return None
+    found = _disk_full_in(exc)
+    if found is None:
+        return None
+    temp = tempfile.gettempdir()
+    try:
+        free = f", {_size_text(shutil.disk_usage(temp).free)} free there"
+    except OSError:
+        free = ""
+    where = f" writing {found.filename}" if isinstance(found, OSError) and found.filename \
+        else ""
+    step = "" if not isinstance(exc, EdgeoptError) \
+        else f" ({first_line(exc).split(': ', 1)[0][:120]})"
+    return (f"no space left on device{where}: temporary files go to {temp}{free}; free "
+            f"some space or set TMPDIR to a folder on a larger disk{step}")

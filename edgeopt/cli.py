@@ -36,6 +36,12 @@ def _debug_requested(args: list[str]) -> bool:
     return "--debug" in args or os.environ.get("EDGEOPT_DEBUG") == "1"
 
 
+def _disk_full(exc: BaseException) -> str | None:
+    from edgeopt.bundle import disk_full_message
+
+    return disk_full_message(exc)
+
+
 def _fail(message: str, code: int) -> int:
     click.echo(f"edgeopt: error: {message}", err=True)
     return code
@@ -53,9 +59,12 @@ class EdgeoptGroup(click.Group):
 
     def _run(self, args: list[str], prog_name: str, **extra) -> int:
         debug = _debug_requested(args)
+        from edgeopt.tempfiles import private_tempdir
+
         try:
-            result = super().main(args=args, prog_name=prog_name, standalone_mode=False,
-                                  **extra)
+            with private_tempdir():  # killed runs leave nothing a later run cannot sweep
+                result = super().main(args=args, prog_name=prog_name, standalone_mode=False,
+                                      **extra)
         except click.exceptions.Exit as exc:
             return exc.exit_code
         except click.exceptions.Abort:
@@ -65,12 +74,14 @@ class EdgeoptGroup(click.Group):
         except EdgeoptError as exc:
             if debug:
                 traceback.print_exc()
-            return _fail(str(exc).replace("\n", " "), exc.exit_code)
+            return _fail(_disk_full(exc) or str(exc).replace("\n", " "), exc.exit_code)
         except KeyboardInterrupt:
             return _fail("interrupted", 130)
         except Exception as exc:  # a bug: say so on one line; --debug shows where
             if debug:
                 traceback.print_exc()
+            if full := _disk_full(exc):  # a full disk is the machine's state, not a bug
+                return _fail(full, 2)
             return _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug "
                          "and report it)".replace("\n", " "), 1)
         return result if isinstance(result, int) else 0
@@ -85,29 +96,61 @@ def emit_json(obj: dict) -> None:
     click.echo(json.dumps(obj, indent=2, default=str))
 
 
-def progress_printer(as_json: bool):
-    if as_json:
-        return lambda _msg: None
-    return lambda msg: click.echo(f"• {msg}", err=True)
+def step_progress(as_json: bool):
+    """Live steps on a terminal, `• step` lines in a pipe, nothing with --json. Make it
+    inside `library_output_to_log()`, which keeps sys.stderr on the real terminal."""
+    from edgeopt.terminal import StepProgress
+
+    return StepProgress(sys.stderr, quiet=as_json)
+
+
+def complete_devices(ctx, param, incomplete: str):
+    """Shell completion of --device: profile names and 'all', after a comma too."""
+    from click.shell_completion import CompletionItem
+
+    from edgeopt.devices.profile import profile_names
+
+    head, comma, tail = incomplete.rpartition(",")
+    return [CompletionItem(head + comma + name) for name in [*profile_names(), "all"]
+            if name.startswith(tail)]
+
+
+CONFIG_META = "edgeopt.config_file"
 
 
 @click.group(cls=EdgeoptGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="edgeopt")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def cli(debug: bool) -> None:
+@click.option("--config", "config_file", default=None, metavar="FILE",
+              help="Defaults for every command's flags, one table per command ([build], "
+              "[bench], ...); default: ./edgeopt.toml when there is one.")
+@click.pass_context
+def cli(ctx, debug: bool, config_file: str | None) -> None:
     """Take a trained model to a phone or an embedded board, offline.
 
     \b
     edgeopt build model.onnx --device pixel-npu --calib images/ -o dist/
+
+    Flags win over ./edgeopt.toml (or --config FILE), which wins over the defaults;
+    `edgeopt build --dry-run` shows where each value came from.
     """
+    from edgeopt.command_defaults import default_map
+    from edgeopt.config import find_config_file, load_config_file
+
+    path = find_config_file(config_file)
+    cfile = load_config_file(path) if path else None
+    ctx.meta[CONFIG_META] = cfile
+    ctx.default_map = default_map(ctx.command, cfile)
 
 
 # --- build ------------------------------------------------------------------------------
 
 @cli.command(epilog=_example("build"))
 @click.argument("model", required=False)
-@click.option("--device", "-d", default=None, help="Device profile name or a profile .toml "
-              "(default host-cpu). See `edgeopt devices`.")
+@click.option("--device", "-d", default=None, shell_complete=complete_devices,
+              help="Device profile name or a profile .toml (default host-cpu); 'all' or a "
+              "comma list also estimates the artifact on those devices (the first named "
+              "is the one it is built for). See `edgeopt devices`.")
 @click.option("--calib", default=None, help="Calibration data: .npz, .npy, an image folder, "
               "or 'random' (smoke tests only).")
 @click.option("--eval", "eval_data", default=None, help="Labelled or unlabelled evaluation "
@@ -131,95 +174,78 @@ def cli(debug: bool) -> None:
               "per channel, e.g. 127.5 or 123.7,116.3,103.5.")
 @click.option("--std", default=None, help="Image normalisation std on 0..255 pixels "
               "(default 255: a 0..1 scale).")
+@click.option("--labels", default=None, help="Class names, one per line, packed into the "
+              ".tflite as its TFLite-metadata label file (default: the image folder's classes).")
 @click.option("--input-shape", "input_shapes", multiple=True, help="Fix an input's dynamic "
               "dimensions, e.g. x:1,3,48,192 (repeat for more inputs).")
 @click.option("--require-full-delegation", is_flag=True, default=None,
               help="Fail when any op would fall back to the CPU.")
-@click.option("--config", "config_file", default=None, help="Read defaults from a config "
-              "file such as a bundle's edgeopt.toml.")
-@click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
+@click.option("--prune", type=float, default=None, help="Before quantizing, remove this "
+              "share of the MACs by removing channels (structured pruning), e.g. 0.5.")
+@click.option("--prune-criterion", type=click.Choice(["l1", "l2", "bn_scale", "activation",
+                                                     "taylor"]), default=None,
+              help="Channel importance for --prune (default l1).")
+@click.option("--prune-recipe", default=None, help="Channel ratios per layer: a .toml with "
+              "[prune] \"layer regex\" = share.")
+@click.option("--prune-channel-multiple", type=int, default=None, help="Pruned layers keep a "
+              "multiple of this many channels (default 8: CPU/NPU kernels work in tiles).")
+@click.option("--distill", is_flag=True, default=None, help="Train the pruned model to match "
+              "the original on the --calib samples (labels used when they have them).")
+@click.option("--distill-epochs", type=int, default=None, help="Distillation epochs at most "
+              "(default 20; early stopping on a held-back fifth).")
+@click.option("--config", "config_file", default=None, metavar="FILE",
+              help="Defaults from FILE instead of ./edgeopt.toml, e.g. a bundle's edgeopt.toml "
+              "(paths in it are relative to it); flags still win.")
+@click.option("--dry-run", is_flag=True, help="Print the resolved config, with where each "
+              "value came from, and exit.")
 @json_option
-def build(model, device, calib, eval_data, output, fmt, scheme, method, recipe, accuracy_budget,
-          mean, std, input_shapes, require_full_delegation, config_file, dry_run, as_json):
+@click.pass_context
+def build(ctx, model, device, calib, eval_data, output, fmt, scheme, method, recipe,
+          accuracy_budget, mean, std, labels, input_shapes, require_full_delegation, prune,
+          prune_criterion, prune_recipe, prune_channel_multiple, distill, distill_epochs,
+          config_file, dry_run, as_json):
     """Compress, convert, quantize and validate MODEL, and write a bundle for a device."""
-    from edgeopt.config import read_config_file, resolve
+    from edgeopt.config import load_config_file, resolve_build
 
-    file_values = read_config_file(config_file) if config_file else {}
-    config = resolve(file_values, {"model": model, "device": device, "calib": calib,
-                                   "eval": eval_data, "output": output, "format": fmt,
-                                   "scheme": scheme, "method": method, "recipe": recipe,
-                                   "accuracy_budget": accuracy_budget, "mean": comma_floats(mean),
-                                   "std": comma_floats(std),
-                                   "input_shapes": tuple(input_shapes) or None,
-                                   "require_full_delegation": require_full_delegation or None})
+    cfile = load_config_file(config_file) if config_file else ctx.meta.get(CONFIG_META)
+    resolved = resolve_build({
+        "model": model, "device": device, "calib": calib, "eval": eval_data, "output": output,
+        "format": fmt, "scheme": scheme, "method": method, "recipe": recipe,
+        "accuracy_budget": accuracy_budget, "mean": comma_floats(mean), "std": comma_floats(std),
+        "labels": labels, "input_shapes": tuple(input_shapes) or None,
+        "require_full_delegation": require_full_delegation or None, "prune": prune,
+        "prune_criterion": prune_criterion, "prune_recipe": prune_recipe,
+        "prune_channel_multiple": prune_channel_multiple,
+        "distill": distill or None, "distill_epochs": distill_epochs}, cfile)
     if dry_run:
-        if as_json:
-            emit_json({k: v for k, v in vars(config).items()})
-        else:
-            click.echo(config.to_toml(Path.cwd()), nl=False)
+        _print_dry_run(resolved, as_json)
         return
     from edgeopt.pipeline import build as run_build
     from edgeopt.quiet import library_output_to_log
+    from edgeopt.summary import build_summary
+    from edgeopt.terminal import colour_enabled
 
-    with library_output_to_log():
-        result = run_build(config, progress_printer(as_json))
+    with library_output_to_log(), step_progress(as_json) as progress:
+        result = run_build(resolved.config, progress)
     if as_json:
         emit_json({"bundle": str(result.output), **result.manifest})
     else:
-        click.echo(build_summary(result))
+        click.echo(build_summary(result, colour_enabled(sys.stdout)))
 
 
-def _size(n) -> str:
-    if n is None:
-        return "—"
-    return f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.2f} MiB"
+def _print_dry_run(resolved, as_json: bool) -> None:
+    """The config a build would run with; each line says where its value came from."""
+    from edgeopt.config import device_names
 
-
-def _placement_text(m: dict) -> str:
-    placement = m.get("placement")
-    if placement is None:
-        return m.get("placement_note", "—")
-    total = placement["delegated_ops"] + placement["cpu_ops"]
-    share = placement["delegated_ops"] / total if total else 0.0
-    text = (f"{share:.0%} of ops on {placement['delegate']} ({placement['delegated_ops']}/"
-            f"{total}), {len(placement['partitions'])} partition(s)")
-    if m.get("compiled"):
-        text += f"; compiled: {m['compiled']['file']}"
-    return text
-
-
-def build_summary(result) -> str:
-    m = result.manifest
-    acc, sizes = m["accuracy"], m["sizes"]
-    float_bytes = sizes.get("float_tflite_bytes")
-    size = f"{_size(sizes['source_bytes'])} {m['source']['format']}"
-    if float_bytes:
-        size += f", {_size(float_bytes)} float .tflite"
-    base = float_bytes or sizes["source_bytes"]
-    size += (f" -> {_size(sizes['artifact_bytes'])} ({sizes['artifact_bytes'] / base:.2f}x "
-             f"the {'float .tflite' if float_bytes else 'source'})")
-
-    def fmt(v):
-        return "—" if v is None else f"{v:.4f}"
-
-    rows = [
-        ("bundle", f"{result.output}/  ({m['model']['file']}, manifest.json, report.html, "
-                   "edgeopt.toml)"),
-        ("device", f"{m['device']['name']} ({m['device']['kind']}, {m['device']['delegate']})"),
-        ("scheme", f"{m['recipe']['scheme']}: {m['recipe']['method']}"),
-        ("size", size),
-        (acc["metric"], f"float {fmt(acc['reference'])} -> {fmt(acc['value'])} "
-                        f"(delta {fmt(acc['delta'])})"),
-        ("validated", f"{m['validation']['samples']} samples, {m['validation']['runtime']}"),
-        ("placement", _placement_text(m)),
-        ("estimate", f"{m['estimate']['latency_ms']:.3g} ms, {m['estimate']['energy_mj']:.3g} mJ "
-                     "per inference (from the device profile)" if m.get("estimate")
-         else m.get("estimate_note", "—")),
-    ]
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
-    lines += [f"{'note'.ljust(width)}  {n}" for n in m["notes"]]
-    return "\n".join(lines)
+    devices = device_names(resolved.config.device)
+    if as_json:
+        emit_json({**resolved.to_json(), "devices": list(devices)})
+        return
+    source = resolved.file or "no config file (none given, no ./edgeopt.toml)"
+    click.echo(f"# config file: {source}")
+    if len(devices) > 1:
+        click.echo(f"# builds for {devices[0]}; also estimates on: {', '.join(devices[1:])}")
+    click.echo(resolved.config.to_toml(Path.cwd(), resolved.sources), nl=False)
 
 
 # --- convert ----------------------------------------------------------------------------
@@ -228,20 +254,24 @@ def build_summary(result) -> str:
 @click.argument("model")
 @click.option("-o", "--output", required=True, help="The float .tflite file to write.")
 @click.option("--calib", default="random", help="Sample inputs for the parity check "
-              "(default: random inputs).")
+              "(default: random inputs; an image folder also records its normalisation).")
+@click.option("--labels", default=None, help="Class names, one per line, packed into the "
+              ".tflite as its TFLite-metadata label file.")
 @json_option
-def convert(model, output, calib, as_json):
+def convert(model, output, calib, labels, as_json):
     """Convert MODEL to a float .tflite and check it against the source."""
     from edgeopt.convert import convert_to_file
     from edgeopt.quiet import library_output_to_log
+    from edgeopt.summary import size_text
 
-    with library_output_to_log():
-        record = convert_to_file(model, Path(output), calib, progress_printer(as_json))
+    with library_output_to_log(), step_progress(as_json) as progress:
+        record = convert_to_file(model, Path(output), calib, progress, labels=labels)
     if as_json:
         emit_json(record)
     else:
         p = record["parity"]
-        click.echo(f"wrote {output} ({_size(record['size_bytes'])}) with {record['converter']}; "
+        click.echo(f"wrote {output} ({size_text(record['size_bytes'])}) with "
+                   f"{record['converter']}; "
                    f"parity on {p['samples']} samples: max abs {p['max_abs']:.3g}, "
                    f"cosine {p['cosine']:.6f}")
 
@@ -250,7 +280,8 @@ def convert(model, output, calib, as_json):
 
 @cli.command(epilog=_example("inspect"))
 @click.argument("model")
-@click.option("--device", "-d", default=None, help="Also show which ops run where on this "
+@click.option("--device", "-d", default=None, shell_complete=complete_devices,
+              help="Also show which ops run where on this "
               "device, and why the others fall back; 'all' gives one line per device.")
 @json_option
 def inspect(model, device, as_json):
@@ -299,11 +330,13 @@ def completion(shell):
 def _register_commands() -> None:
     """Commands whose code lives with their stage; their modules import nothing heavy."""
     from edgeopt.bench import bench_command
+    from edgeopt.compress import compress_command
     from edgeopt.devices.commands import calibrate_command, estimate_command
     from edgeopt.quantize import quantize_command
 
     cli.add_command(bench_command, "bench")
     cli.add_command(quantize_command, "quantize")
+    cli.add_command(compress_command, "compress")
     cli.add_command(estimate_command, "estimate")
     devices.add_command(calibrate_command, "calibrate")
 

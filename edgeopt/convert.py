@@ -16,15 +16,17 @@ PARITY_SAMPLES = 16
 
 
 def convert_to_file(model: str, output: Path, samples: str = "random",
-                    progress=lambda _msg: None) -> dict:
+                    progress=lambda _msg: None, labels: str | None = None) -> dict:
     """Convert `model` to a float `.tflite` at `output`; returns the conversion record."""
     from edgeopt.converters.float_tflite import to_float_tflite
+    from edgeopt.tflite_metadata import check_labels_file, converted_with_metadata
 
     if output.is_dir():
         raise ConversionError(f"output {output} is a folder; give a .tflite file name")
     handle = load_model(model)
     if handle.format == "tflite":
         raise ConversionError(f"{model} already is a .tflite model")
+    check_labels_file(labels, handle)
     data = load_dataset(samples, handle.inputs, role="sample")
     data = data.take(slice(0, PARITY_SAMPLES))
     progress(f"running the {handle.format} model on {data.count} samples")
@@ -32,10 +34,11 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
     with tempfile.TemporaryDirectory(prefix="edgeopt-convert-") as tmp:
         progress("converting to float .tflite")
         conv = to_float_tflite(handle, Path(tmp), data.arrays)
-    runner = LayoutAdapter(TFLiteRunner(conv.tflite, [s.name for s in handle.inputs]),
+    tflite = converted_with_metadata(conv.tflite, handle, conv.converter, data, labels)
+    runner = LayoutAdapter(TFLiteRunner(tflite, [s.name for s in handle.inputs]),
                            conv.input_perms, conv.output_perms)
     parity = check_parity(reference, run_dataset(runner, data.arrays), conv.converter)
-    write_file_atomic(output, conv.tflite)
+    write_file_atomic(output, tflite)
     return {"model": str(handle.path), "output": str(output), "converter": conv.converter,
-            "size_bytes": len(conv.tflite), "parity": parity.to_json(),
+            "size_bytes": len(tflite), "parity": parity.to_json(),
             "parity_data": data.source}

@@ -12,12 +12,17 @@ the convention of TFLite metadata; the default mean 0, std 255 gives a 0..1 scal
 
 from __future__ import annotations
 
+import math
+import tokenize
+import zipfile
+import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from edgeopt.errors import DataError
+from edgeopt.errors import DataError, first_line
+from edgeopt.graph import MAX_TENSOR_BYTES
 from edgeopt.model import TensorSpec
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -81,6 +86,9 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
         if not tensor.shape:
             raise DataError(f"input '{tensor.name}' is a scalar (rank 0); edgeopt needs a "
                             "batch dimension on every input (re-export the model with it)")
+        if 0 in tensor.shape:
+            raise DataError(f"input '{tensor.name}' has a dimension of size 0 "
+                            f"{_shape_text(tensor.shape)}; no data can fill it")
     if spec == "random":
         return _random_dataset(inputs, seed)
     path = Path(spec)
@@ -103,17 +111,62 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
     return Dataset(fitted, labels, str(path), True, tuple(notes) + layout_notes, prep)
 
 
+# What numpy and zipfile raise for a corrupt .npy/.npz (a bad CRC is BadZipFile, a bad
+# deflate stream zlib.error, an unknown compression method NotImplementedError, a garbled
+# header dict SyntaxError or TokenError from numpy's header parser).
+_READ_ERRORS = (ValueError, OSError, EOFError, KeyError, NotImplementedError, MemoryError,
+                SyntaxError, tokenize.TokenError, zipfile.BadZipFile, zlib.error)
+
+
 def _np_load(path: Path):
     with path.open("rb") as f:
         magic = f.read(6)
     if not (magic.startswith(b"PK\x03\x04") or magic == b"\x93NUMPY"):
         raise DataError(f"{path} is not a readable NumPy file (.npy or .npz)")
     try:
+        _check_declared_sizes(path, zipped=magic.startswith(b"PK"))
         return np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise DataError(f"{path}: cannot read it without unpickling objects ({exc})") from exc
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{path} is not a readable NumPy file: {exc}") from exc
+    except _READ_ERRORS as exc:
+        raise DataError(_read_error(path, exc)) from exc
+
+
+def _read_error(path: Path, exc: BaseException) -> str:
+    if "allow_pickle" in str(exc):
+        return (f"{path} holds object arrays, which edgeopt does not unpickle (pickle runs "
+                "code; np.load allow_pickle=False): save plain numeric arrays")
+    return f"{path} is not a readable NumPy file: {first_line(exc)}"
+
+
+def _check_declared_sizes(path: Path, zipped: bool) -> None:
+    """numpy allocates the shape a `.npy` header declares before reading the data: compare
+    it with the bytes really there, so a corrupt header is an error, not an allocation."""
+    if not zipped:
+        with path.open("rb") as f:
+            _check_npy_header(f, path.stat().st_size, str(path))
+        return
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if info.filename.endswith(".npy"):
+                with archive.open(info) as f:
+                    _check_npy_header(f, info.file_size, f"{path}:{info.filename}")
+
+
+def _check_npy_header(f, size: int, label: str) -> None:
+    version = np.lib.format.read_magic(f)
+    # version 3 differs from 2 only in the header's text encoding (UTF-8 names)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                   (2, 0): np.lib.format.read_array_header_2_0,
+                   (3, 0): np.lib.format.read_array_header_2_0}.get(version)
+    if read_header is None:
+        raise DataError(f"{label}: unsupported .npy format version {version}")
+    shape, _, dtype = read_header(f, max_header_size=10_000)
+    if dtype.hasobject:
+        return  # refused by np.load(allow_pickle=False) with its own message
+    declared = math.prod(shape) * dtype.itemsize
+    present = size - f.tell()
+    if declared > present:
+        raise DataError(f"{label}: header declares shape {shape} of {dtype} ({declared:,} "
+                        f"bytes) but only {present:,} bytes follow; the file is corrupt")
 
 
 def _single_input(inputs, path: Path) -> TensorSpec:
@@ -128,9 +181,8 @@ def _load_npz(path: Path, inputs) -> tuple[dict, np.ndarray | None]:
     archive = _np_load(path)
     try:
         contents = {key: archive[key] for key in archive.files}
-    except (ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path}: cannot read its arrays without unpickling objects "
-                        f"({exc})") from exc
+    except _READ_ERRORS as exc:
+        raise DataError(_read_error(path, exc)) from exc
     labels = contents.pop("labels", None)
     names = [spec.name for spec in inputs]
     if all(name in contents for name in names):
@@ -176,8 +228,16 @@ def _fit_array(array: np.ndarray, spec: TensorSpec, source: str) -> tuple[np.nda
     return _cast(array, spec, source), note
 
 
+def _numpy_dtype(spec: TensorSpec) -> np.dtype:
+    try:
+        return np.dtype(spec.dtype)
+    except TypeError as exc:  # 'string', 'unknown': no array of numbers can feed it
+        raise DataError(f"input '{spec.name}' takes {spec.dtype} values, which edgeopt "
+                        "cannot feed from arrays") from exc
+
+
 def _cast(array: np.ndarray, spec: TensorSpec, source: str) -> np.ndarray:
-    want = np.dtype(spec.dtype)
+    want = _numpy_dtype(spec)
     kind = array.dtype.kind
     if want.kind == "f":
         if kind != "f":
@@ -215,7 +275,12 @@ def _random_dataset(inputs, seed: int) -> Dataset:
                             f"of input '{spec.name}' {_shape_text(spec.shape)}; fix them with "
                             f"--input-shape {spec.name}:1,... or give real data")
         shape = (RANDOM_SAMPLES,) + tuple(spec.shape[1:])
-        dtype = np.dtype(spec.dtype)
+        dtype = _numpy_dtype(spec)
+        size = math.prod(shape) * dtype.itemsize
+        if size > MAX_TENSOR_BYTES:
+            raise DataError(f"--calib random would make {size / 2**30:.2f} GiB for input "
+                            f"'{spec.name}' ({RANDOM_SAMPLES} samples of "
+                            f"{_shape_text(spec.shape)}); give real data")
         if dtype.kind == "f":
             arrays[spec.name] = rng.random(shape, dtype=np.float32).astype(dtype)
         else:
@@ -265,6 +330,8 @@ def _image_files(folder: Path) -> tuple[list[Path], list[int] | None]:
 def _read_image(path: Path, h: int, w: int, channels: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
+    if not path.is_file():  # a FIFO named x.png would block the build forever
+        raise DataError(f"image {path} is not a regular file (a FIFO, device or broken link)")
     try:
         with Image.open(path) as img:
             img = img.convert("L" if channels == 1 else "RGB").resize((w, h), Image.BILINEAR)

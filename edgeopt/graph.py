@@ -28,6 +28,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from edgeopt.errors import ModelLoadError
+
 # dtype names are lower-case numpy-style: 'float32', 'int8', 'float8_e4m3fn', 'int4', ...
 FLOAT_PREFIXES = ("float", "bfloat")
 # ONNX ops whose scale / zero-point inputs (by position) are quantization metadata, not
@@ -41,6 +43,17 @@ QPARAM_INPUTS = {
     "ConvInteger": (2, 3),
     "MatMulInteger": (2, 3),
 }
+
+
+DTYPE_BITS = {
+    "bool": 8, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32,
+    "int64": 64, "uint64": 64, "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64,
+    "complex64": 64, "complex128": 128, "int4": 4, "uint4": 4, "float4_e2m1": 4, "int2": 2,
+    "uint2": 2, "float6_e2m3": 6, "float6_e3m2": 6,
+}  # fmt: skip
+# No device edgeopt targets holds a single tensor this large; a file that declares one is
+# corrupt, and a runtime asked to allocate it would take the host's memory first.
+MAX_TENSOR_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,11 @@ class Tensor:
     def elements(self) -> int:
         """Number of elements of ``shape`` (1 for a scalar)."""
         return math.prod(self.shape)
+
+    @property
+    def declared_bytes(self) -> int:
+        """Bytes the shape and dtype call for (unknown dtypes count a byte an element)."""
+        return math.ceil(self.elements * DTYPE_BITS.get(self.dtype, 8) / 8)
 
     @property
     def is_dynamic(self) -> bool:
@@ -212,3 +230,16 @@ class Graph:
     def ops_in_subgraph(self, subgraph: int = 0) -> tuple[Op, ...]:
         """Ops of one subgraph (0 is the main graph), in execution order."""
         return tuple(op for op in self.ops if op.subgraph == subgraph)
+
+
+def check_declared_sizes(graph: Graph, label: str, limit: int = MAX_TENSOR_BYTES) -> None:
+    """Refuse a model whose shapes declare a tensor over `limit` bytes, before a runtime
+    allocates it: a corrupt dimension must end in an error, not in the host's memory."""
+    for tensor in graph.tensors:
+        if tensor.declared_bytes > limit:
+            raise ModelLoadError(
+                f"{label}: tensor '{tensor.name}' has shape {list(tensor.shape)} "
+                f"({tensor.dtype}, {tensor.declared_bytes / 2**30:.1f} GiB), over the "
+                f"{limit / 2**30:.0f} GiB a tensor may take; the file is corrupt or not an "
+                "edge model"
+            )

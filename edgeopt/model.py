@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,7 +193,10 @@ def _onnx_value_spec(value) -> TensorSpec:
 
 
 def _onnx_signature(path: Path):
+    from edgeopt.onnx_reader import check_sizes
+
     model = load_onnx_proto(path, with_data=False)
+    check_sizes(path)  # shapes as declared and as inferred, before a runtime allocates them
     initializers = {t.name for t in model.graph.initializer}
     inputs = [_onnx_value_spec(v) for v in model.graph.input if v.name not in initializers]
     return inputs, [_onnx_value_spec(v) for v in model.graph.output]
@@ -202,14 +204,20 @@ def _onnx_signature(path: Path):
 
 # --- TFLite -----------------------------------------------------------------------------
 
-def tflite_interpreter(path_or_bytes: Path | bytes, num_threads: int | None = None):
-    """A LiteRT interpreter with tensors allocated; bad flatbuffers become ModelLoadError."""
-    from ai_edge_litert.interpreter import Interpreter
+def tflite_interpreter(path_or_bytes: Path | bytes, num_threads: int | None = None,
+                       default_delegates: bool = True):
+    """A LiteRT interpreter with tensors allocated; bad flatbuffers become ModelLoadError.
+
+    Without the default (XNNPACK) delegate, allocating plans the memory but touches none of
+    it: enough to read the signature and the shapes LiteRT propagates."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     source = (
         {"model_content": bytes(path_or_bytes)} if isinstance(path_or_bytes, (bytes, bytearray))
         else {"model_path": str(path_or_bytes)}
     )
+    if not default_delegates:
+        source["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     try:
         interpreter = Interpreter(**source, num_threads=num_threads)
         interpreter.allocate_tensors()
@@ -233,39 +241,49 @@ def _tflite_spec(detail: dict) -> TensorSpec:
 
 def _tflite_signature(path: Path):
     _check_tflite_buffer(path)
-    interpreter = tflite_interpreter(path)
-    return ([_tflite_spec(d) for d in interpreter.get_input_details()],
-            [_tflite_spec(d) for d in interpreter.get_output_details()])
+    interpreter = tflite_interpreter(path, default_delegates=False)
+    try:
+        _check_prepared_sizes(interpreter, path)
+        return ([_tflite_spec(d) for d in interpreter.get_input_details()],
+                [_tflite_spec(d) for d in interpreter.get_output_details()])
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:  # names, dtypes numpy lacks
+        raise ModelLoadError(f"{path}: LiteRT cannot describe the model's inputs and "
+                             f"outputs: {first_line(exc)}") from exc
+
+
+def _check_prepared_sizes(interpreter, path: Path) -> None:
+    """Sizes after LiteRT's shape propagation: a corrupt input shape grows every tensor
+    after it, which the declared shapes do not show. The reference kernels' unnamed
+    scratch tensors (im2col) do not count: the XNNPACK delegate that runs models needs none."""
+    import numpy as np
+
+    from edgeopt.graph import MAX_TENSOR_BYTES
+
+    for detail in interpreter.get_tensor_details():
+        size = int(np.prod(detail["shape"], dtype=np.float64)) * np.dtype(detail["dtype"]).itemsize
+        if size > MAX_TENSOR_BYTES and detail["name"]:
+            raise ModelLoadError(f"{path}: tensor '{detail['name']}' would take "
+                                 f"{size / 2**30:.1f} GiB (shape {detail['shape'].tolist()}), "
+                                 f"over the {MAX_TENSOR_BYTES / 2**30:.0f} GiB a tensor may take")
 
 
 def _check_tflite_buffer(path: Path) -> None:
-    """Verify the flatbuffer before LiteRT maps it: a corrupt file must not crash the process."""
+    """Verify the flatbuffer before LiteRT maps it: a corrupt file must not crash the process,
+    nor a corrupt shape make LiteRT allocate more than any edge model needs."""
+    from edgeopt.graph import check_declared_sizes
     from edgeopt.tflite_reader import read_tflite
 
-    read_tflite(path)
+    check_declared_sizes(read_tflite(path), str(path))
 
 
 # --- Keras and SavedModel ---------------------------------------------------------------
 
-def _check_keras_archive(path: Path) -> None:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise ModelLoadError(f"{path} is not a readable .keras archive: {exc}") from exc
-    if bad is not None:
-        raise ModelLoadError(f"{path}: archive member '{bad}' is corrupt")
-    if "config.json" not in names:
-        raise ModelLoadError(f"{path} is a zip but not a Keras model (no config.json)")
-    for name in names:
-        if name.startswith("/") or ".." in Path(name).parts:
-            raise ModelLoadError(f"{path}: archive member '{name}' points outside the archive")
-
-
 def load_keras(path: Path):
-    """Keras 3 in safe mode: no Lambda code, no pickled objects."""
-    _check_keras_archive(path)
+    """Keras 3 in safe mode: no Lambda code, no pickled objects; the archive is checked
+    first (keras_archive.py), so Keras never opens a zip with paths out or a bomb in it."""
+    from edgeopt.keras_archive import check_keras_archive
+
+    check_keras_archive(path)
     from edgeopt.tf_env import quiet_tensorflow
 
     quiet_tensorflow()

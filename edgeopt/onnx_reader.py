@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from edgeopt.errors import ModelLoadError
-from edgeopt.graph import Graph, Op, Quantization, Tensor
+from edgeopt.graph import DTYPE_BITS, Graph, Op, Quantization, Tensor, check_declared_sizes
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # ONNX enum name -> IR dtype name where lower() is not enough.
@@ -47,12 +47,7 @@ _DTYPE_RENAME = {
     "FLOAT6E3M2": "float6_e3m2",
     "UNDEFINED": "unknown",
 }
-_DTYPE_BITS = {
-    "bool": 8, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32,
-    "int64": 64, "uint64": 64, "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64,
-    "complex64": 64, "complex128": 128, "int4": 4, "uint4": 4, "float4_e2m1": 4, "int2": 2,
-    "uint2": 2, "float6_e2m3": 6, "float6_e3m2": 6,
-}  # fmt: skip
+_DTYPE_BITS = DTYPE_BITS
 # MAC ops: op_type -> (index of the data input, index of the weight input).
 _MAC_INPUTS = {
     "Conv": (0, 1),
@@ -77,15 +72,70 @@ def read_onnx(path_or_bytes: str | os.PathLike | bytes) -> Graph:
     >>> g.total_macs(), g.param_count(), g.input_tensors()[0].shape_signature  # doctest: +SKIP
     (9733376, 93962, (-1, 1, 32, 32))
     """
+    return _read(*_load(path_or_bytes))
+
+
+def check_sizes(path_or_bytes: str | os.PathLike | bytes) -> Graph:
+    """`read_onnx`, then refuse a model that would make a runtime allocate a tensor over
+    `MAX_TENSOR_BYTES`, by its declared shapes or by the shapes inference computes.
+
+    Declared output shapes can lie (a ConstantOfShape of [60000, 60000] declared [60000, 5]
+    or with a negative dimension): inference runs again with them cleared, so that what the
+    graph computes from its constants is what gets checked.
+    """
     model, label = _load(path_or_bytes)
+    graph = _read(model, label)
+    check_declared_sizes(graph, label)
+    _check_negative_dims(model, label)
+    del model.graph.value_info[:]
+    for value in model.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    inferred, note = _infer_shapes(model)
+    if note is None:
+        values = [*inferred.graph.value_info, *inferred.graph.output]
+        check_declared_sizes(Graph("onnx", tuple(_value_tensor(v) for v in values), (), (), (),
+                                   1, {}), label)
+    return graph
+
+
+def _read(model: Any, label: str) -> Graph:
     model, inference_note = _infer_shapes(model)
     try:
         graph = _Builder(model).build()
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{label}: {exc}") from exc
     except (IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise ModelLoadError(f"{label}: malformed ONNX model ({_describe(exc)})") from exc
+    _check_defined_dtypes(graph, label)
     if inference_note:
         graph.metadata["shape_inference"] = inference_note
     return graph
+
+
+def _value_tensor(value: Any) -> Tensor:
+    dtype, shape, signature = _shape_from_type(value.type)
+    return Tensor(value.name, shape, dtype, signature, False, 0, None)
+
+
+def _check_negative_dims(model: Any, label: str) -> None:
+    """ONNX dimensions are sizes: a negative dim_value is corrupt (dynamic ones use dim_param)."""
+    g = model.graph
+    for value in (*g.input, *g.output, *g.value_info):
+        dims = value.type.tensor_type.shape.dim
+        if any(d.HasField("dim_value") and d.dim_value < 0 for d in dims):
+            shown = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+            raise ModelLoadError(f"{label}: tensor '{value.name}' declares shape {shown}: "
+                                 "a dimension is negative")
+
+
+def _check_defined_dtypes(graph: Graph, label: str) -> None:
+    """An element type ONNX does not define (``type_99``) on a constant or on the model's IO
+    is corrupt data that numpy, onnxruntime and the quantizer each fail on differently."""
+    io = {*graph.inputs, *graph.outputs}
+    for index, tensor in enumerate(graph.tensors):
+        if tensor.dtype.startswith("type_") and (tensor.is_constant or index in io):
+            raise ModelLoadError(f"{label}: tensor '{tensor.name}' has element type "
+                                 f"{tensor.dtype[5:]}, which ONNX does not define")
 
 
 # --------------------------------------------------------------------------
@@ -177,9 +227,38 @@ def _tensor_proto_size(t: Any, dtype: str) -> int:
     return math.ceil(elements * _DTYPE_BITS.get(dtype, 8) / 8)
 
 
+# TensorProto field that holds the values of each element type when raw_data is unused,
+# and its entries per element (a complex number takes two); other types use int32_data.
+_TYPED_FIELDS = {1: ("float_data", 1), 14: ("float_data", 2), 11: ("double_data", 1),
+                 15: ("double_data", 2), 7: ("int64_data", 1), 12: ("uint64_data", 1),
+                 13: ("uint64_data", 1), 8: ("string_data", 1)}
+
+
+def _check_constant_data(name: str, t: Any, dtype: str) -> None:
+    """The stored values must fill the declared shape: numpy and onnxruntime fail on the
+    mismatch later, each in its own way (a reshape error, a native exception)."""
+    from onnx import TensorProto
+
+    if t.data_location == TensorProto.EXTERNAL or dtype.startswith("type_"):
+        return
+    elements = math.prod(t.dims)
+    bits = _DTYPE_BITS.get(dtype, 8)
+    if t.raw_data and dtype != "string":
+        have, need, unit = len(t.raw_data), math.ceil(elements * bits / 8), "bytes"
+    else:
+        field, per_element = _TYPED_FIELDS.get(t.data_type, ("int32_data", 1))
+        have, unit = len(getattr(t, field)), "values"
+        # 4- and 2-bit types pack a byte's worth of elements into each int32_data entry
+        need = math.ceil(elements * bits / 8) if bits < 8 else elements * per_element
+    if have != need:
+        raise ModelLoadError(f"constant '{name}' stores {have} {unit} for shape "
+                             f"{[int(d) for d in t.dims]} of {dtype}, which needs {need}")
+
+
 def _constant_tensor(name: str, t: Any) -> Tensor:
     dtype = _dtype(t.data_type)
     shape = tuple(int(d) for d in t.dims)
+    _check_constant_data(name, t, dtype)
     return Tensor(
         name=name,
         shape=shape,
@@ -345,6 +424,8 @@ class _Builder:
         return self._define(scope, name, infos)
 
     def _add_node(self, sg: int, node: Any, scope: ChainMap, consts: ChainMap, infos: dict) -> None:
+        if node.op_type == "Loop" and node.domain in _DEFAULT_DOMAINS:
+            _check_constant_loop(node, consts)
         inputs = tuple(self._ref(scope, n, infos) for n in node.input)
         options = {}
         for attr in node.attribute:
@@ -478,6 +559,33 @@ class _Builder:
             "metadata_props": {p.key: p.value for p in m.metadata_props},
             "subgraphs": self.sub_meta,
         }
+
+
+# Iterations a Loop on constant inputs may run: converters fold such a Loop by running it.
+MAX_CONSTANT_LOOP_TRIPS = 1_000_000
+
+
+def _check_constant_loop(node: Any, consts: ChainMap) -> None:
+    """A Loop whose inputs are all constants is computed at conversion time (onnxslim's
+    constant folding runs it in onnxruntime, with no way to stop it): refuse one that would
+    run for hours, or forever when it has no trip count and a constant true condition."""
+    from onnx import numpy_helper
+
+    names = [n for n in node.input if n]
+    if not names or any(n not in consts for n in names):
+        return
+    trip, cond = (list(node.input) + ["", ""])[:2]
+    try:
+        trips = int(numpy_helper.to_array(consts[trip]).reshape(-1)[0]) if trip else None
+        always = bool(numpy_helper.to_array(consts[cond]).reshape(-1)[0]) if cond else True
+    except (ValueError, IndexError, TypeError, KeyError):
+        return  # unreadable values: the checker or the runtime says what is wrong
+    if (trips is None and always) or (trips is not None and trips > MAX_CONSTANT_LOOP_TRIPS):
+        count = "endless" if trips is None else f"{trips:,}"
+        name = node.name or f"making '{node.output[0] if node.output else ''}'"
+        raise ModelLoadError(f"Loop node {name} runs {count} iterations on constant "
+                             "inputs; converting the model would run them all (more than "
+                             f"{MAX_CONSTANT_LOOP_TRIPS:,} are refused)")
 
 
 def _matmul_macs(a: tuple[int, ...], b: tuple[int, ...]) -> int:

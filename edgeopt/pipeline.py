@@ -20,7 +20,8 @@ import numpy as np
 
 from edgeopt.bundle import MANIFEST, check_destination, manifest_bytes, write_bundle
 from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
-from edgeopt.config import BuildConfig
+from edgeopt.comparison import compare_devices, compared_profiles
+from edgeopt.config import BuildConfig, primary_device
 from edgeopt.data import Dataset, Preprocessing, load_dataset, split_holdout
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError, DataError
@@ -123,7 +124,7 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
 
     held = _permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
     result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
-                             held, evaluation.labels if held else None)
+                             held, evaluation.labels if held else None, progress)
     return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
                     result)
 
@@ -180,7 +181,7 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress)
     held = evaluation.arrays if config.accuracy_budget else None
     result = quantize_onnx(handle.path, calib.arrays,
                            quant_config(config, scheme, profile, "onnx"), held,
-                           evaluation.labels if held else None)
+                           evaluation.labels if held else None, progress)
     return Artifact(result.model, "onnx", result.method, OnnxRunner(result.model), conversion,
                     result)
 
@@ -403,14 +404,53 @@ def _where(artifact: Artifact) -> str:
     return f"host {platform.machine()}, {artifact.runner.label}"
 
 
+def _parity_reference(source, keras_model, evaluation: Dataset, config: BuildConfig,
+                      reference: list, compression) -> list:
+    """What the float conversion must reproduce: the compressed model, when there is one."""
+    if compression is None:
+        return reference
+    count = min(config.parity_samples, evaluation.count)
+    return run_dataset(make_runner(source, keras_model=keras_model),
+                       evaluation.take(np.arange(count)).arrays)
+
+
+def compress_stage(handle: ModelHandle, keras_model, config: BuildConfig, calib: Dataset,
+                   workdir: Path, progress: Progress):
+    """Prune (and distill) before quantizing, when asked: (source, keras model, record).
+
+    The reference outputs stay the original model's, so the validation figures include
+    what pruning cost. The compressed model is written to the work folder and loaded like
+    any input: Keras stays Keras, ONNX comes back as ONNX with its node names.
+    """
+    if config.prune is None and config.prune_recipe is None:
+        return handle, keras_model, None
+    from edgeopt.compress import CompressSettings, compress_model, write_model
+
+    settings = CompressSettings(prune=config.prune, criterion=config.prune_criterion,
+                                recipe=config.prune_recipe, distill=config.distill,
+                                epochs=config.distill_epochs, seed=config.seed,
+                                channel_multiple=config.prune_channel_multiple)
+    compressed = compress_model(handle, calib, settings, workdir, progress)
+    fmt = "onnx" if handle.format == "onnx" else "keras"
+    path = workdir / f"{handle.stem}_compressed.{fmt}"
+    path.write_bytes(write_model(compressed, fmt, workdir))
+    record = {**compressed.record, "size_bytes": {"before": handle.size_bytes,
+                                                  "after": path.stat().st_size}}
+    return load_model(path), (compressed.model if fmt == "keras" else None), record
+
+
 def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     """Run the pipeline and write the bundle; raises EdgeoptError for bad input."""
-    profile = load_profile(config.device)
+    profile = load_profile(primary_device(config.device))
+    compared = compared_profiles(config.device, config.format)
     output = Path(config.output)
     check_destination(output)
     handle = with_input_shapes(load_model(config.model), config.input_shapes)
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = load_data(config, handle)
+    if config.format == "tflite" and config.labels:  # a bad label file fails before the work
+        from edgeopt.tflite_metadata import check_labels_file
+        check_labels_file(config.labels, handle)
     keras_model = None
     if handle.format == "keras":
         from edgeopt.model import load_keras
@@ -419,23 +459,40 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     reference = run_dataset(make_runner(handle, keras_model=keras_model), evaluation.arrays)
     with tempfile.TemporaryDirectory(prefix="edgeopt-build-") as tmp:
         workdir = Path(tmp)
+        source, keras_model, compression = compress_stage(handle, keras_model, config, calib,
+                                                          workdir, progress)
         if config.format == "tflite":
-            artifact = _tflite_artifact(handle, config, config.scheme, profile, calib,
-                                        evaluation, reference, workdir, keras_model, progress)
+            artifact = _tflite_artifact(source, config, config.scheme, profile, calib,
+                                        evaluation, _parity_reference(
+                                            source, keras_model, evaluation, config, reference,
+                                            compression), workdir, keras_model, progress)
         else:
-            artifact = _onnx_artifact(handle, config, config.scheme, profile, calib, evaluation,
+            artifact = _onnx_artifact(source, config, config.scheme, profile, calib, evaluation,
                                       progress)
+        if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
+            from edgeopt.tflite_metadata import with_build_metadata
+            artifact = with_build_metadata(artifact, config, handle, profile,
+                                           _preprocessing(config, calib))
         progress(f"validating in {artifact.runner.label}")
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                              evaluation.labels)
         specs = _artifact_specs(artifact, workdir)
     progress(f"placing ops on {profile.delegate}")
     placement = place_artifact(artifact, profile, config.require_full_delegation)
+    if placement is not None and placement.artifact:  # Vela keeps the metadata, not its files
+        from edgeopt.tflite_metadata import with_packed_files
+        placement = replace(placement, artifact=with_packed_files(artifact.content,
+                                                                  placement.artifact))
     progress(f"estimating latency and energy on {profile.name}")
     estimate = estimate_artifact(artifact, profile, placement)
     manifest = _manifest(config, profile, handle, artifact, specs, validation, calib,
                          evaluation, placement)
     _estimate_record(manifest, estimate)
+    if compression is not None:
+        manifest["compression"] = compression
+    if compared:
+        manifest["comparison"] = compare_devices(artifact.content, (profile, placement, estimate),
+                                                 compared, progress)
     files = {manifest["model"]["file"]: artifact.content,
              **_compiled_files(manifest, placement), MANIFEST: manifest_bytes(manifest),
              "report.html": render_report(

@@ -133,6 +133,9 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
     output = Path(options["output"])
     config = build_config(options)
     handle = load_model(options["model"])
+    if output.suffix != ".onnx":
+        from edgeopt.tflite_metadata import check_labels_file
+        check_labels_file(options.get("labels"), handle)
     calib, evaluation = _data(handle, options)
     if output.suffix == ".onnx":
         if handle.format != "onnx":
@@ -142,7 +145,10 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
                                evaluation.arrays if evaluation else None,
                                evaluation.labels if evaluation else None, progress)
     else:
+        from edgeopt.tflite_metadata import with_quantize_metadata
+
         result = _to_tflite(handle, calib, evaluation, config, progress)
+        result = with_quantize_metadata(result, handle, options, calib)
     _write_atomically(output, result.model)
     if options.get("report"):
         _write_atomically(Path(options["report"]), report_page(result).encode())
@@ -230,21 +236,23 @@ def _fmt(value) -> str:
               help="Model input/output type of full-integer models (default float32).")
 @click.option("--mean", default=None, help="Image normalisation mean on 0..255 pixels.")
 @click.option("--std", default=None, help="Image normalisation std on 0..255 pixels.")
+@click.option("--labels", default=None, help="Class names, one per line: packed into a "
+              ".tflite as its TFLite-metadata label file (default: the image folder's classes).")
 @click.option("--no-bias-correction", is_flag=True, help="Keep the rounded weights' biases.")
 @click.option("--report", default=None, help="Also write an HTML page with the layer chart.")
 @click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object on stdout and nothing else there.")
 def quantize_command(model, calib, eval_data, output, scheme, method, weight_method, block_size,
-                     recipe, accuracy_budget, io_dtype, mean, std, no_bias_correction, report,
-                     dry_run, as_json):
+                     recipe, accuracy_budget, io_dtype, mean, std, labels, no_bias_correction,
+                     report, dry_run, as_json):
     """Quantize MODEL with edgeopt's calibration core and check it in the real runtime."""
     options = {"model": model, "calib": calib, "eval": eval_data, "output": output,
                "scheme": scheme, "method": method, "weight_method": weight_method,
                "block_size": int(block_size) if block_size else None, "recipe": recipe,
                "accuracy_budget": accuracy_budget, "io_dtype": io_dtype,
                "mean": comma_floats(mean), "std": comma_floats(std),
-               "bias_correction": not no_bias_correction, "report": report}
+               "bias_correction": not no_bias_correction, "report": report, "labels": labels}
     if dry_run:
         click.echo(json.dumps(build_config(options).to_json(), indent=2))
         return

@@ -38,7 +38,11 @@ def library_output_to_log():
     except OSError:  # no real descriptors (embedded use): nothing to redirect
         yield None
         return
-    log = tempfile.NamedTemporaryFile(prefix="edgeopt-", suffix=".log", delete=False)
+    from edgeopt.tempfiles import shared_tempdir
+
+    keep = os.environ.get("EDGEOPT_KEEP_LOG")  # then the log outlives the run's temp folder
+    log = tempfile.NamedTemporaryFile(prefix="edgeopt-", suffix=".log", delete=False,
+                                      dir=shared_tempdir() if keep else None)
     streams = sys.stdout, sys.stderr
     sys.stdout, own_out = _keep_terminal(sys.stdout, saved[0], 1)
     sys.stderr, own_err = _keep_terminal(sys.stderr, saved[1], 2)
@@ -60,7 +64,7 @@ def library_output_to_log():
                 stream.close()
         sys.stdout, sys.stderr = streams
         log.close()
-        if not os.environ.get("EDGEOPT_KEEP_LOG"):
+        if not keep:
             os.unlink(log.name)
 
 

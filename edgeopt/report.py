@@ -1,8 +1,16 @@
-"""`report.html`: one self-contained page (inline CSS and SVG, no network) per bundle."""
+"""`report.html`: one self-contained page (inline CSS and SVG, no script, no network) per bundle.
+
+Each part of the page is a `<section id=...>` (summary, comparison, compression, validation,
+conversion, io, layers, placement, latency, data, toolchain; notes when there are any), so a
+reader can link to it and tests can find it.
+"""
 
 from __future__ import annotations
 
 import html
+
+from edgeopt import report_svg as svg
+from edgeopt.report_svg import Bar
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d232b;
@@ -11,15 +19,21 @@ header{background:#18324a;color:#fff;padding:18px 28px}header h1{margin:0;font-s
 header p{margin:4px 0 0;opacity:.8}main{padding:20px 28px;max-width:1100px}
 section{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:14px 18px;
 margin:0 0 16px}h2{font-size:16px;margin:0 0 10px}
-.cards{display:flex;flex-wrap:wrap;gap:12px}.card{flex:1 1 180px;border:1px solid #dde1e6;
-border-radius:6px;padding:10px 12px}.card b{display:block;font-size:20px}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:12px}
+.card{border:1px solid #dde1e6;border-radius:6px;padding:10px 12px}
+.card b{display:block;font-size:20px}
 .card span{color:#5b6672;font-size:12px;text-transform:uppercase;letter-spacing:.04em}
 table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #eceef1;
 padding:5px 8px;text-align:left;vertical-align:top}th{color:#5b6672;font-weight:600}
 .warn{background:#fff4e0;border-color:#f0c36d}.muted{color:#5b6672}
 code{background:#eef1f4;padding:1px 4px;border-radius:3px}
-.ops{display:flex;flex-wrap:wrap;gap:2px;margin:8px 0}.op{width:12px;height:12px;
-border-radius:2px;display:inline-block}
+nav{background:#223f5b;padding:6px 28px}nav a{color:#dbe6f0;margin-right:14px;
+text-decoration:none;font-size:13px}nav a:hover{text-decoration:underline}
+h3{font-size:14px;margin:14px 0 6px}svg{display:block;margin:6px 0}section{overflow-x:auto}
+.legend{display:flex;flex-wrap:wrap;gap:6px 16px;margin:6px 0;font-size:12px}
+.swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px}
+details{margin-top:10px}summary{cursor:pointer;color:#2b6cb0}
+.layer-chart svg{overflow:visible}
 """
 
 
@@ -58,29 +72,35 @@ def _size(n: int | None) -> str:
     return str(n)
 
 
-def _table(rows: list[tuple]) -> str:
+def _table(rows: list[tuple], header: tuple | None = None) -> str:
+    head = ("<tr>" + "".join(f"<th>{c}</th>" for c in header) + "</tr>") if header else ""
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table>{body}</table>"
+    return f"<table>{head}{body}</table>"
+
+
+def _section(key: str, title: str, body: str, cls: str = "") -> str:
+    css = f' class="{cls}"' if cls else ""
+    return f'<section id="{key}"{css}><h2>{_e(title)}</h2>{body}</section>'
 
 
 def _card(label: str, value: str, detail: str = "") -> str:
     return f'<div class="card"><span>{_e(label)}</span><b>{value}</b>{_e(detail)}</div>'
 
 
-def _size_chart(before: int, after: int) -> str:
-    """Two horizontal bars, source vs artifact, as inline SVG."""
-    width = 520
-    scale = width / max(before, after, 1)
-    bars = []
-    for i, (label, value, colour) in enumerate((("source", before, "#8da4bb"),
-                                                 ("artifact", after, "#2f7d5b"))):
-        y = 8 + i * 30
-        bars.append(f'<text x="0" y="{y + 15}" font-size="12">{label}</text>'
-                    f'<rect x="70" y="{y}" width="{max(value * scale, 1):.1f}" height="20" '
-                    f'fill="{colour}"/><text x="{75 + value * scale:.1f}" y="{y + 15}" '
-                    f'font-size="12">{_e(_size(value))}</text>')
-    return (f'<svg role="img" aria-label="model size" width="{width + 160}" height="70">'
-            + "".join(bars) + "</svg>")
+def _size_chart(before: int, after: int, base_name: str) -> str:
+    return svg.bar_chart([Bar(base_name, before, "#8da4bb", _size(before)),
+                      Bar("artifact", after, "#2f7d5b", _size(after), bold=True)],
+                     "model size", label_w=110, bar_w=460)
+
+
+def _estimate_cards(m: dict) -> list[str]:
+    est = m.get("estimate")
+    if not est:
+        note = m.get("estimate_note", "")
+        return [_card("latency", "—", note), _card("energy", "—", "")]
+    return [_card("latency", f"{est['latency_ms']:.3g} ms", f"per inference on "
+                  f"{m['device']['name']} (estimate)"),
+            _card("energy", _e(_num(est["energy_mj"], 3) + " mJ"), "per inference (estimate)")]
 
 
 def _summary(m: dict) -> str:
@@ -91,16 +111,17 @@ def _summary(m: dict) -> str:
         base_name, base = "source", sizes["source_bytes"]
     ratio = sizes["artifact_bytes"] / base if base else None
     cards = [
-        _card("device", _e(m["device"]["name"]), m["device"]["description"]),
-        _card("artifact", _e(_size(sizes["artifact_bytes"])),
+        _card("device", _e(m["device"]["name"]), m["device"].get("description", "")),
+        _card("size", _e(_size(sizes["artifact_bytes"])),
               f"{ratio:.2f}× the {base_name}" if ratio else ""),
         _card(acc["metric"].replace("_", " "), _e(_metric(acc["metric"], acc["value"])),
               f"float {_metric(acc['metric'], acc['reference'])}, "
               f"delta {_delta(acc['metric'], acc['delta'])}"),
+        *_estimate_cards(m),
         _card("scheme", _e(m["recipe"]["scheme"]), m["recipe"]["method"]),
     ]
-    return f'<section><h2>Summary</h2><div class="cards">{"".join(cards)}</div>' \
-           f'{_size_chart(sizes["source_bytes"], sizes["artifact_bytes"])}</section>'
+    return _section("summary", "Summary", f'<div class="cards">{"".join(cards)}</div>'
+                    + _size_chart(base, sizes["artifact_bytes"], base_name))
 
 
 def _notes(m: dict) -> str:
@@ -108,7 +129,7 @@ def _notes(m: dict) -> str:
     if not notes:
         return ""
     items = "".join(f"<li>{_e(n)}</li>" for n in notes)
-    return f'<section class="warn"><h2>Read this</h2><ul>{items}</ul></section>'
+    return _section("notes", "Read this", f"<ul>{items}</ul>", "warn")
 
 
 def _io_rows(tensors: list[dict]) -> list[tuple]:
@@ -120,13 +141,20 @@ def _io_rows(tensors: list[dict]) -> list[tuple]:
     return rows
 
 
+def _io(m: dict) -> str:
+    header = ("name", "shape", "dtype", "quantization")
+    return _section("io", "Inputs and outputs", "<h3>inputs</h3>"
+                    + _table(_io_rows(m["inputs"]), header) + "<h3>outputs</h3>"
+                    + _table(_io_rows(m["outputs"]), header))
+
+
 def _validation(m: dict) -> str:
     v = m["validation"]
     rows = [("samples", v["samples"]), ("runtime", _e(v["runtime"])),
             ("top-1 agreement with float", _num(v["top1_agreement"])),
             ("output SQNR (dB)", _num(v["sqnr_db"])), ("cosine", _num(v["cosine"], 6)),
             ("max abs error", _num(v["max_abs"]))]
-    return f"<section><h2>Validation</h2>{_table(rows)}</section>"
+    return _section("validation", "Validation", _table(rows))
 
 
 def _conversion(m: dict) -> str:
@@ -138,114 +166,166 @@ def _conversion(m: dict) -> str:
                  ("cosine", _num(parity["cosine"], 8))]
     else:
         rows.append(("parity", _e(c.get("note", "not applicable"))))
-    return f"<section><h2>Conversion</h2>{_table(rows)}</section>"
+    return _section("conversion", "Conversion", _table(rows))
 
 
-_PARTITION_COLOURS = ("#2f7d5b", "#2b6cb0", "#8e44ad", "#c0392b", "#b7950b", "#16a085")
+def _comparison(m: dict) -> str:
+    """`--device all`: the same artifact estimated on each device named."""
+    rows = m.get("comparison")
+    if not rows:
+        return ""
+    failed = [(f"<b>{_e(r['device'])}</b>", _e(r["note"])) for r in rows if r["latency_ms"] is None]
+    table = ""
+    if failed:
+        table = "<h3>Devices without an estimate</h3>" + _table(failed, ("device", "why"))
+    intro = (f"<p>The artifact built for <b>{_e(m['device']['name'])}</b>, estimated from each "
+             "device's profile and placed by its own delegate rules (the same file on every "
+             "device: a device with other precision needs would get its own build). "
+             "Estimates, not measurements.</p>")
+    return _section("comparison", "Device comparison", intro + svg.comparison_chart(rows) + table)
+
+
+def _partition_legend(detail: dict) -> str:
+    items = []
+    for k, ops in enumerate(detail["partitions"]):
+        span = f"ops {ops[0]}–{ops[-1]}" if len(ops) > 1 else f"op {ops[0]}"
+        items.append(f'<span><i class="swatch" style="background:{svg.partition_colour(k)}"></i>'
+                     f"partition {k + 1}: {len(ops)} op(s), {span}, on "
+                     f"{_e(detail.get('unit') or detail['delegate'])}</span>")
+    cpu = sum(op["unit"] == "cpu" for op in detail["ops"])
+    if cpu:
+        items.append(f'<span><i class="swatch" style="background:{svg.CPU_GREY}"></i>'
+                     f"CPU: {cpu} op(s)</span>")
+    return f'<div class="legend">{"".join(items)}</div>'
+
+
+def _all_ops_table(detail: dict, partition_of: dict[int, int]) -> str:
+    rows = [(op["index"], _e(op["op"]), _e(op["unit"]),
+             "—" if partition_of.get(op["index"]) is None else partition_of[op["index"]] + 1,
+             _e(op.get("reason") or "")) for op in detail["ops"]]
+    return (f"<details><summary>All {len(rows)} ops</summary>"
+            + _table(rows, ("#", "op", "unit", "partition", "why on the CPU")) + "</details>")
 
 
 def _placement(m: dict, detail: dict | None) -> str:
     """Which op runs where, partitions coloured, CPU fallbacks with their reasons."""
     if detail is None:
         note = _e(m.get("placement_note", ""))
-        return f'<section><h2>Op placement</h2><p class="muted">{note}</p></section>'
+        return _section("placement", "Op placement", f'<p class="muted">{note}</p>')
     partition_of = {i: k for k, ops in enumerate(detail["partitions"]) for i in ops}
-    cells = []
-    for op in detail["ops"]:
-        k = partition_of.get(op["index"])
-        colour = "#9aa5b1" if k is None else _PARTITION_COLOURS[k % len(_PARTITION_COLOURS)]
-        title = _e(f"#{op['index']} {op['op']} on {op['unit']}" +
-                   (f": {op['reason']}" if op["reason"] else ""))
-        cells.append(f'<span class="op" title="{title}" style="background:{colour}"></span>')
     rows = [(op["index"], _e(op["op"]), _e(op["unit"]), _e(op["reason"] or ""),
              _e(op["rewrite"] or "")) for op in detail["ops"] if op["unit"] == "cpu"]
-    fallbacks = (_table([("#", "op", "unit", "why it falls back", "what would fix it"), *rows])
+    fallbacks = (_table(rows, ("#", "op", "unit", "why it falls back", "what would fix it"))
                  if rows else "<p>Every op runs on the accelerator.</p>")
     delegated = sum(op["unit"] != "cpu" for op in detail["ops"])
     crossings = detail.get("crossings") or []
     moved = sum(c["bytes"] for c in crossings if c.get("kind") == "internal")
-    return (f'<section><h2>Op placement</h2><p>{delegated} of {len(detail["ops"])} ops on '
-            f'{_e(detail["delegate"])} in {len(detail["partitions"])} partition(s); '
-            f'{_e(_size(moved))} cross between CPU and accelerator inside the graph. '
-            'Each square is an op in graph order, coloured by partition; grey runs on the '
-            f'CPU.</p><div class="ops">{"".join(cells)}</div>{fallbacks}</section>')
+    intro = (f'<p>{delegated} of {len(detail["ops"])} ops on {_e(detail["delegate"])} in '
+             f'{len(detail["partitions"])} partition(s); {_e(_size(moved))} cross between CPU '
+             "and accelerator inside the graph. Each box is an op in graph order, coloured by "
+             "the partition that runs it; grey runs on the CPU (hover for the reason).</p>")
+    return _section("placement", "Op placement", intro + _partition_legend(detail)
+                    + svg.placement_strip(detail["ops"], partition_of, "op placement")
+                    + fallbacks + _all_ops_table(detail, partition_of))
 
 
-def _breakdown(ops: list[dict]) -> list[tuple[str, float]]:
+def _breakdown(ops: list[dict]) -> list[tuple[str, str, float]]:
     """Milliseconds per (op kind, unit), largest first."""
-    totals: dict[str, float] = {}
+    totals: dict[tuple[str, str], float] = {}
     for op in ops:
-        key = f"{op.get('kind') or op['op']} on {op['unit']}"
+        key = (op.get("kind") or op["op"], op["unit"])
         totals[key] = totals.get(key, 0.0) + op["latency_ms"]
-    return sorted(totals.items(), key=lambda kv: -kv[1])
+    return [(kind, unit, ms) for (kind, unit), ms in sorted(totals.items(), key=lambda kv: -kv[1])]
 
 
-def _bar_chart(rows: list[tuple[str, float]], unit: str, label: str) -> str:
-    width, height = 420, 22
-    top = max((v for _, v in rows), default=0) or 1
-    bars = []
-    for i, (name, value) in enumerate(rows):
-        y = i * height
-        bars.append(f'<text x="0" y="{y + 15}" font-size="12">{_e(name)}</text>'
-                    f'<rect x="230" y="{y + 3}" width="{max(value / top * width, 1):.1f}" '
-                    f'height="16" fill="#2b6cb0"/><text x="{236 + value / top * width:.1f}" '
-                    f'y="{y + 15}" font-size="12">{value:.3g} {unit}</text>')
-    return (f'<svg role="img" aria-label="{_e(label)}" width="{width + 330}" '
-            f'height="{len(rows) * height + 4}">' + "".join(bars) + "</svg>")
+def _unit_parts(detail: dict) -> list[tuple[str, float, str]]:
+    """Where the time goes: each unit's ops, transfers between units, invoke overhead."""
+    parts = detail.get("breakdown_ms", {})
+    by_unit: dict[str, float] = {}
+    for op in detail["ops"]:
+        by_unit[op["unit"]] = by_unit.get(op["unit"], 0.0) + op["latency_ms"]
+    rows = [(f"ops on {unit}", ms, svg.unit_colour(unit)) for unit, ms in by_unit.items()]
+    rows += [(name, parts.get(key) or 0.0, svg.unit_colour(key))
+             for name, key in (("transfers between units", "transfers"),
+                               ("invoke overhead", "invoke"))]
+    return [r for r in rows if r[1] > 0]
 
 
 def _layers(m: dict, chart: str | None) -> str:
     """Find the bad layer: the calibration core's ranked per-layer error (its own SVG)."""
     if not chart:
         return ""
-    return ("<section><h2>Quantization error by layer</h2><p>Layers ranked by how far their "
-            "quantized activations depart from the float model's (SQNR, lower is worse), and "
-            "the output SQNR with each worst layer quantized alone; "
-            "<code>manifest.json</code> holds the numbers.</p>" + chart + "</section>")
+    return _section("layers", "Quantization error by layer",
+                    "<p>Layers ranked by how far their quantized activations depart from the "
+                    "float model's (SQNR, lower is worse), and the output SQNR with each worst "
+                    "layer quantized alone; <code>manifest.json</code> holds the numbers.</p>"
+                    + chart)
 
 
 def _estimate(m: dict, detail: dict | None) -> str:
+    title = "Latency and energy estimate"
     if detail is None:
-        note = _e(m.get("estimate_note", ""))
-        return f'<section><h2>Latency and energy estimate</h2><p class="muted">{note}</p></section>'
-    parts = detail.get("breakdown_ms", {})
-    rows = _breakdown(detail["ops"])[:12]
-    extra = [("transfers between units", parts.get("transfers", 0.0)),
-             ("invoke overhead", parts.get("invoke", 0.0))]
-    rows += [(k, v) for k, v in extra if v]
+        return _section("latency", title,
+                        f'<p class="muted">{_e(m.get("estimate_note", ""))}</p>')
+    bars = [Bar(f"{kind} on {unit}", ms, svg.unit_colour(unit), f"{ms:.3g} ms")
+            for kind, unit, ms in _breakdown(detail["ops"])[:14]]
     params = ""
     if detail.get("on_chip_param_bytes") is not None:
         params = (f"<p>Parameters: {_e(_size(detail['on_chip_param_bytes']))} cached on chip, "
                   f"{_e(_size(detail['off_chip_param_bytes']))} streamed per inference.</p>")
-    return (f"<section><h2>Latency and energy estimate</h2><p><b>{detail['latency_ms']:.3g} ms"
-            f"</b> and <b>{detail['energy_mj']:.3g} mJ</b> per inference on "
-            f"{_e(detail['device'])}, from the device profile's published figures and fitted "
-            f"efficiencies (an estimate, not a measurement: `edgeopt bench` measures).</p>"
-            f"{params}<h3>Latency by op kind and unit</h3>"
-            f"{_bar_chart(rows, 'ms', 'latency breakdown')}</section>")
+    body = (f"<p><b>{detail['latency_ms']:.3g} ms</b> and <b>{detail['energy_mj']:.3g} mJ</b> "
+            f"per inference on {_e(detail['device'])}, from the device profile's published "
+            "figures and fitted efficiencies (an estimate, not a measurement: "
+            "<code>edgeopt bench</code> measures).</p>" + params
+            + "<h3>Where the time goes</h3>"
+            + svg.stacked_bar(_unit_parts(detail), "latency by unit")
+            + "<h3>Latency by op kind and unit</h3>"
+            + svg.bar_chart(bars, "latency breakdown"))
+    return _section("latency", title, body)
 
 
 def _data(m: dict) -> str:
     d = m["data"]
     rows = [(k.replace("_", " "), _e("; ".join(v) if isinstance(v, list) else v))
             for k, v in d.items()]
-    return f"<section><h2>Data</h2>{_table(rows)}</section>"
+    return _section("data", "Data", _table(rows))
+
+
+def _toolchain(m: dict) -> str:
+    rows = [(f"<code>{_e(k)}</code>", _e(v)) for k, v in m["toolchain"].items()]
+    return _section("toolchain", "Toolchain", _table(rows))
+
+
+def _compression(m: dict) -> str:
+    record = m.get("compression")
+    if not record:
+        return ""
+    from edgeopt.report_compression import compression_body
+
+    return _section("compression", "Compression", compression_body(record))
+
+
+_NAV = (("summary", "Summary"), ("comparison", "Devices"), ("compression", "Compression"),
+        ("layers", "Layers"), ("placement", "Placement"), ("latency", "Latency"),
+        ("validation", "Validation"), ("data", "Data"))
 
 
 def render_report(manifest: dict, details: dict | None = None) -> str:
     """The HTML page for one bundle, from its manifest and the stages' detailed records."""
     m, details = manifest, details or {}
-    io = ("<section><h2>Inputs and outputs</h2><h3>inputs</h3>" + _table(_io_rows(m["inputs"]))
-          + "<h3>outputs</h3>" + _table(_io_rows(m["outputs"])) + "</section>")
-    tools = _table([(f"<code>{_e(k)}</code>", _e(v)) for k, v in m["toolchain"].items()])
+    # What a reader comes for first (the figures and the charts), then the records.
+    sections = [_notes(m), _summary(m), _comparison(m), _compression(m),
+                _layers(m, details.get("layer_chart")), _placement(m, details.get("placement")),
+                _estimate(m, details.get("estimate")), _validation(m), _conversion(m), _io(m),
+                _data(m), _toolchain(m)]
+    body = "".join(sections)
+    nav = "".join(f'<a href="#{key}">{name}</a>' for key, name in _NAV
+                  if f'<section id="{key}"' in body)
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>edgeopt report: {_e(m['model']['file'])}</title><style>{_CSS}</style></head>"
         f"<body><header><h1>{_e(m['model']['file'])} for {_e(m['device']['name'])}</h1>"
         f"<p>built {_e(m['created'])} by edgeopt {_e(m['toolchain'].get('edgeopt', ''))}</p>"
-        f"</header><main>{_notes(m)}{_summary(m)}{_validation(m)}{_conversion(m)}{io}"
-        f"{_layers(m, details.get('layer_chart'))}"
-        f"{_placement(m, details.get('placement'))}{_estimate(m, details.get('estimate'))}"
-        f"{_data(m)}<section><h2>Toolchain</h2>{tools}</section>"
-        "</main></body></html>\n"
+        f"</header><nav>{nav}</nav><main>{body}</main></body></html>\n"
     )

@@ -10,6 +10,7 @@ zero point, so outputs of a float and an int8 model compare directly.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,45 @@ class TFLiteRunner:
         return [np.concatenate(outs) for outs in zip(*per_sample)]
 
 
+DEFAULT_RUN_DEADLINE_S = 300.0
+
+
+def run_deadline() -> float:
+    """Seconds one onnxruntime run may take (EDGEOPT_RUN_DEADLINE_S overrides the default)."""
+    try:
+        return float(os.environ.get("EDGEOPT_RUN_DEADLINE_S", DEFAULT_RUN_DEADLINE_S))
+    except ValueError:
+        return DEFAULT_RUN_DEADLINE_S
+
+
+def ort_run(session, feeds: dict, outputs: list[str] | None = None) -> list:
+    """`session.run` that gives up after `run_deadline()` seconds.
+
+    A valid ONNX model can run forever (a Loop whose trip count never runs out); onnxruntime
+    checks `RunOptions.terminate` between nodes and loop iterations, so a timer that sets it
+    turns the hang into a ConversionError. Other failures propagate unchanged.
+    """
+    import threading
+
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.log_severity_level = 4
+    deadline = run_deadline()
+    timer = threading.Timer(deadline, lambda: setattr(options, "terminate", True))
+    timer.daemon = True
+    timer.start()
+    try:
+        return session.run(outputs, feeds, options)
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
+        if options.terminate:
+            raise ConversionError(f"onnxruntime stopped the model after {deadline:.0f} s on one "
+                                  "batch: it does not finish (a Loop that never ends?)") from exc
+        raise
+    finally:
+        timer.cancel()
+
+
 class OnnxRunner:
     label = "onnxruntime (CPU)"
 
@@ -103,7 +143,9 @@ class OnnxRunner:
         for start in range(0, count, step):
             chunk = {k: v[start:start + step] for k, v in feeds.items()}
             try:
-                chunks.append(self.session.run(None, chunk))
+                chunks.append(ort_run(self.session, chunk))
+            except ConversionError:
+                raise
             except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
                 raise ConversionError(f"onnxruntime could not run the model on these inputs: "
                                       f"{first_line(exc)}") from exc

@@ -280,23 +280,33 @@ def _remap(indices: Sequence[int] | None, offset: int, count: int) -> tuple[int,
     """Subgraph-local tensor indices -> indices into Graph.tensors (-1 stays -1)."""
     out = []
     for i in _ints(indices):
-        if i < 0:
+        if i == -1:  # kTfLiteOptionalTensor; LiteRT crashes on any other negative index
             out.append(-1)
-        elif i >= count:
+        elif not 0 <= i < count:
             raise ModelLoadError(f"TFLite tensor index {i} out of range ({count} tensors)")
         else:
             out.append(offset + i)
     return tuple(out)
 
 
+def _tensor_name(value: bytes | None) -> str:
+    """Tensor names are UTF-8 in every writer; LiteRT and the quantizer decode them strictly."""
+    try:
+        return value.decode("utf-8") if isinstance(value, bytes) else _text(value)
+    except UnicodeDecodeError as exc:
+        raise ModelLoadError(f"TFLite tensor name {value[:40]!r} is not valid UTF-8") from exc
+
+
 def _convert_tensor(t: Any, buffers: list, external: dict) -> Tensor:
     shape = _ints(t.shape)
     signature = _ints(t.shapeSignature) if t.shapeSignature is not None else None
+    if not 0 <= t.buffer < max(len(buffers), 1):
+        raise ModelLoadError(f"TFLite tensor '{_text(t.name)}' points to missing buffer {t.buffer}")
     size = 0
     if not t.isVariable:  # variables have (initial) buffers but change at run time
         size = _constant_size(t, buffers, external)
     return Tensor(
-        name=_text(t.name),
+        name=_tensor_name(t.name),
         shape=shape,
         dtype=_tables()["tensor_type"].get(t.type, f"type_{t.type}"),
         shape_signature=signature,
@@ -352,6 +362,36 @@ def _opcode(code: Any) -> tuple[str, int, str | None]:
     return name, int(code.version), custom
 
 
+# Operand rules LiteRT's kernels rely on without checking: a model that breaks one crashes
+# the interpreter (SIGSEGV) instead of failing to load. Found by the fuzz suite and by a
+# sweep of every builtin with 0-2 inputs and no options (benchmarks/fuzz.py).
+# Leading inputs that must not be the optional-tensor marker (-1); other builtins need
+# at least their first input.
+_REQUIRED_INPUTS = {"FULLY_CONNECTED": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2,
+                    "TRANSPOSE_CONV": 3, "CONV_3D": 2, "CONV_3D_TRANSPOSE": 3}
+_MIN_INPUTS = {"BATCH_MATMUL": 2}
+
+
+def _check_operands(name: str, index: int, inputs: tuple[int, ...], outputs: tuple[int, ...],
+                    options: dict) -> None:
+    required = _REQUIRED_INPUTS.get(name, 0 if name == "CUSTOM" else 1)
+    for position in range(min(required, len(inputs))):
+        if inputs[position] == -1:
+            raise ModelLoadError(
+                f"TFLite operator {index} ({name}) omits its required input {position}"
+            )
+    if len(inputs) < _MIN_INPUTS.get(name, 0):
+        raise ModelLoadError(
+            f"TFLite operator {index} ({name}) has {len(inputs)} input(s), needs "
+            f"{_MIN_INPUTS[name]}"
+        )
+    if name == "SPLIT" and options.get("num_splits") != len(outputs):
+        raise ModelLoadError(
+            f"TFLite operator {index} (SPLIT) declares {options.get('num_splits')} splits "
+            f"but has {len(outputs)} output(s)"
+        )
+
+
 def _convert_op(
     raw: Any,
     index: int,
@@ -370,6 +410,7 @@ def _convert_op(
     outputs = _remap(raw.outputs, offset, count)
     options = _options_dict(raw.builtinOptions)
     options.update(_options_dict(raw.builtinOptions2))
+    _check_operands(name, index, inputs, outputs, options)
     return Op(
         index=index,
         op=name,
@@ -485,16 +526,35 @@ def _macs(
 # --------------------------------------------------------------------------
 
 
+def _check_model_references(model: Any, sub_meta: list[dict]) -> None:
+    """Metadata buffers and signature tensors must exist: the quantizer and LiteRT's
+    signature runner index them without checking."""
+    buffers = len(model.buffers or [])
+    for entry in model.metadata or []:
+        if entry is not None and not 0 <= entry.buffer < buffers:
+            raise ModelLoadError(f"TFLite metadata '{_text(entry.name)}' points to missing "
+                                 f"buffer {entry.buffer} ({buffers} buffers)")
+    for sig in model.signatureDefs or []:
+        if sig is None:
+            continue
+        if not 0 <= sig.subgraphIndex < len(sub_meta):
+            raise ModelLoadError(f"TFLite signature '{_text(sig.signatureKey)}' refers to "
+                                 f"subgraph {sig.subgraphIndex}, but the model has "
+                                 f"{len(sub_meta)}")
+        count = sub_meta[sig.subgraphIndex]["tensor_count"]
+        for entry in [*(sig.inputs or []), *(sig.outputs or [])]:
+            if entry is not None and not 0 <= entry.tensorIndex < count:
+                raise ModelLoadError(f"TFLite signature '{_text(sig.signatureKey)}' names "
+                                     f"tensor {entry.tensorIndex} ({count} tensors)")
+
+
 def _model_metadata(model: Any, sub_meta: list[dict]) -> dict:
+    _check_model_references(model, sub_meta)
     signatures = []
     for sig in model.signatureDefs or []:
         if sig is None:
             continue
-        base = (
-            sub_meta[sig.subgraphIndex]["tensor_offset"]
-            if 0 <= sig.subgraphIndex < len(sub_meta)
-            else 0
-        )
+        base = sub_meta[sig.subgraphIndex]["tensor_offset"]
         signatures.append(
             {
                 "key": _text(sig.signatureKey),

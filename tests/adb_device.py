@@ -20,6 +20,10 @@ Commands run under /bin/sh in the sandbox folder: device paths (/data, /sys, /sy
 /vendor, /sdcard) in a command are rewritten into the sandbox, and the sandbox prefix is
 taken out of what the command prints, so the host sees device paths. Like adbd with a raw
 shell, closing a shell stream does not kill its command: a harness must do that itself.
+
+Faults on demand (`device.faults`, see `Faults`): unplug in the middle of a push, stop
+answering (when a service opens, or in the middle of a push), answer with bytes that are
+not adb messages; and `benchmark_model` modes that print garbage instead of timings.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.devices.runners.remote_bench import parse_flags
@@ -76,6 +81,16 @@ def read_message(sock: socket.socket) -> tuple[int, int, int, bytes]:
     if magic != command ^ 0xFFFFFFFF:
         raise ConnectionError(f"bad magic in message {command:#x}")
     return command, arg0, arg1, _recv_exact(sock, length) if length else b""
+
+
+@dataclass
+class Faults:
+    """What a flaky cable, a hung adbd or a broken device does, switched on by a test."""
+
+    vanish_after_push_bytes: int | None = None   # unplug once this much of a push arrived
+    stall_after_push_bytes: int | None = None    # stop answering once this much arrived
+    stall_on_open: str | None = None             # stop answering when such a service opens
+    garbage_on_open: str | None = None           # answer such an OPEN with non-adb bytes
 
 
 # --- the sandbox filesystem ----------------------------------------------------------------
@@ -330,6 +345,8 @@ class SyncStream(Stream):
     def _data(self, chunk: bytes, _request: bytes) -> None:
         if self.upload is not None:
             self.upload.write(chunk)
+            self.upload.flush()
+        self.conn.device.pushed(len(chunk))
 
     def _done(self, _mtime: int) -> None:
         if self.upload is None:
@@ -403,6 +420,15 @@ class Connection:
             self.streams.pop(arg1).on_peer_close()
 
     def _open(self, remote_id: int, service: str) -> None:
+        faults = self.device.faults
+        if faults.stall_on_open and service.startswith(faults.stall_on_open):
+            self.device.frozen.set()
+            return
+        if faults.garbage_on_open and service.startswith(faults.garbage_on_open):
+            self.device.garbage_sent += 1
+            with self.lock:
+                self.sock.sendall(b"HTTP/1.1 200 OK\r\n\r\n" + os.urandom(200))
+            return
         local_id, self.next_id = self.next_id, self.next_id + 1
         stream = self._make_stream(service, local_id, remote_id)
         if stream is None:
@@ -434,6 +460,9 @@ class LoopbackDevice:
         self.commands: list[str] = []
         self.on_command = None
         self.frozen = threading.Event()
+        self.faults = Faults()
+        self.pushed_bytes = 0
+        self.garbage_sent = 0
         if benchmark_model:
             install_benchmark_model(self.sandbox)
 
@@ -467,6 +496,17 @@ class LoopbackDevice:
         return {"PATH": f"{root}/system/bin:/usr/bin:/bin", "HOME": f"{root}/data/local/tmp",
                 "TMPDIR": f"{root}/data/local/tmp", "LOOPBACK_DEVICE_ROOT": str(root),
                 "LANG": "C.UTF-8"}
+
+    def pushed(self, count: int) -> None:
+        """Count pushed bytes; unplug or freeze when a fault says so."""
+        self.pushed_bytes += count
+        faults = self.faults
+        if faults.vanish_after_push_bytes is not None \
+                and self.pushed_bytes >= faults.vanish_after_push_bytes:
+            self.drop_connections()
+        if faults.stall_after_push_bytes is not None \
+                and self.pushed_bytes >= faults.stall_after_push_bytes:
+            self.frozen.set()
 
     def drop_connections(self, stop_listening: bool = True) -> None:
         """Unplug the cable: close every connection (and refuse new ones)."""
@@ -527,14 +567,36 @@ def _mode(root: Path) -> str:
     return mode_file.read_text().strip() if mode_file.exists() else "normal"
 
 
+NONSENSE = (
+    "Running benchmark for at least 1 iterations and at least 0.5 seconds\n"
+    "count=1 first=e curr=. min=- max=1e999 avg=nan std=-\n\n"
+    "Running benchmark for at least 50 iterations and at least 1 seconds\n"
+    "count=50 first=-12 curr=e min=-3 max=inf avg=-7.5 std=NaN\n\n"
+    "Inference timings in us: Init: e, First inference: -, Warmup (avg): ., "
+    "Inference (avg): -4\n"
+    "Memory footprint delta from the start of the tool (MB): init=e overall=.\n")
+
+GARBAGE = {
+    "garbage": lambda: bytes(range(256)) * 64 + os.urandom(16_384) + b"\xff\xfe\x00" * 100,
+    "nonsense": lambda: NONSENSE.encode(),
+    "flood": lambda: b"count=" + b"7" * (24 * 1024 ** 2),
+}
+
+
 def benchmark_model_main(argv: list[str]) -> int:
     """TFLite's benchmark_model, emulated with the LiteRT interpreter and its output format.
 
-    Modes (file /data/local/tmp/.benchmark_mode): normal, hang, disconnect, fail.
+    Modes (file /data/local/tmp/.benchmark_mode): normal, hang, disconnect, fail, and
+    garbage output: `garbage` (random bytes), `nonsense` (its line formats with impossible
+    numbers), `flood` (tens of MB without a newline); all three exit 0.
     """
     root = Path(os.environ["LOOPBACK_DEVICE_ROOT"])
     flags, mode = parse_flags(argv), _mode(root)
     print("STARTING!", flush=True)
+    if mode in GARBAGE:
+        sys.stdout.flush()
+        os.write(1, GARBAGE[mode]())
+        return 0
     if mode in ("hang", "disconnect"):
         (root / "data/local/tmp/.benchmark_started").write_text(str(os.getpid()))
         time.sleep(3600)

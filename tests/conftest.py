@@ -25,19 +25,29 @@ class CliResult:
     exit_code: int
     stdout: str
     stderr: str
+    seconds: float = 0.0
 
 
 @pytest.fixture
 def run_cli(capsys):
-    """Run `edgeopt ARGS` in this process; returns exit code, stdout, stderr."""
+    """Run `edgeopt ARGS` in this process; returns exit code, stdout, stderr, seconds."""
+    import time
+
     from edgeopt.cli import cli
 
     def run(*args: str) -> CliResult:
+        start = time.monotonic()
         code = cli.main([str(a) for a in args], standalone_mode=False)
         out, err = capsys.readouterr()
-        return CliResult(code, out, err)
+        return CliResult(code, out, err, time.monotonic() - start)
 
     return run
+
+
+@pytest.fixture
+def bench(run_cli):
+    """`edgeopt bench ARGS` in-process, through the edgeopt group's error handling."""
+    return lambda *args: run_cli("bench", *args)
 
 
 def run_edgeopt(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:

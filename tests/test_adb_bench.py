@@ -89,19 +89,6 @@ def phone(adb_server, tmp_path):
     device.stop()
 
 
-@pytest.fixture
-def bench(capsys):
-    """`edgeopt bench ARGS` in-process, through the edgeopt group's error handling."""
-    from edgeopt.cli import cli
-
-    def run(*args):
-        start = time.monotonic()
-        code = cli.main(["bench", *map(str, args)], standalone_mode=False)
-        out, err = capsys.readouterr()
-        return type("Result", (), {"exit_code": code, "stdout": out, "stderr": err,
-                                   "seconds": time.monotonic() - start})
-
-    return run
 
 
 @pytest.fixture
@@ -377,3 +364,95 @@ def test_a_local_delegate_library_is_pushed_with_its_options(bench, phone, tiny_
     command = json.loads(result.stdout)["device_command"]
     assert "/libvendor_delegate.so" in command and "--external_delegate_path=/data/" in command
     assert "--external_delegate_options=backend_type:htp" in command
+
+
+# --- a device that vanishes, stalls or talks garbage (tests/adb_device.py Faults) ----------
+
+@pytest.fixture
+def private_temp(tmp_path, monkeypatch) -> Path:
+    """TMPDIR of the in-process bench: what it leaves there is ours to count."""
+    import tempfile
+
+    folder = tmp_path / "host-tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _gone_cleanly(temp: Path) -> None:
+    """No adb client left running here, no local temporary file of ours."""
+    assert _adb_children() == []
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def test_a_device_that_vanishes_mid_push(bench, phone, tiny_float_tflite, private_temp):
+    phone.faults.vanish_after_push_bytes = 1  # after the first chunk of the model
+    result = bench(tiny_float_tflite, "--adb", phone.serial, *QUICK, "--timeout", 5)
+    assert_user_error(result, f"device {phone.serial}: `adb push` failed")
+    assert result.seconds < 20 and phone.pushed_bytes > 0
+    _gone_cleanly(private_temp)
+
+
+def test_a_device_that_stalls_mid_push(bench, phone, tiny_float_tflite, private_temp):
+    phone.faults.stall_after_push_bytes = 1
+    result = bench(tiny_float_tflite, "--adb", phone.serial, *QUICK, "--timeout", 3)
+    assert_user_error(result, "`adb push` did not answer within 3 s")
+    assert result.seconds < 20
+    _gone_cleanly(private_temp)
+
+
+def test_a_device_that_stalls_when_a_shell_opens(bench, phone, tiny_float_tflite,
+                                                 private_temp):
+    phone.faults.stall_on_open = "shell"
+    result = bench(tiny_float_tflite, "--adb", phone.serial, *QUICK, "--timeout", 3)
+    assert_user_error(result, "`adb shell` did not answer within 3 s")
+    assert result.seconds < 20 and phone.commands == []
+    _gone_cleanly(private_temp)
+
+
+@pytest.mark.parametrize("service", ["shell", "sync:"])
+def test_a_device_that_answers_with_garbage(bench, phone, tiny_float_tflite, private_temp,
+                                           service):
+    phone.faults.garbage_on_open = service
+    result = bench(tiny_float_tflite, "--adb", phone.serial, *QUICK, "--timeout", 5)
+    assert_user_error(result, f"device {phone.serial}")
+    assert phone.garbage_sent >= 1 and result.seconds < 30
+    _gone_cleanly(private_temp)
+
+
+@pytest.mark.parametrize("mode, why", [
+    ("garbage", "its output is not text"),
+    ("nonsense", "the timing lines it printed hold no usable figures"),
+    ("flood", ""),  # 24 MB on one line: only the last 8 MiB of it are kept
+])
+def test_garbage_from_benchmark_model(bench, phone, odd_model, private_temp, mode, why):
+    (phone.sandbox.root / "data/local/tmp/.benchmark_mode").write_text(mode)
+    result = bench(odd_model, "--adb", phone.serial, *QUICK, "--timeout", 20)
+    assert_user_error(result, "benchmark_model failed: it printed no timings"
+                      + (f" ({why}" if why else ""))
+    assert _device_files(phone) == ["benchmark_model"]  # the work folder was removed
+    assert phone.alive_processes() == [] and _adb_children() == []
+
+
+ODD_MODELS = ["a b;touch PWNED $(touch PWNED) `touch PWNED` 'q' \"d\".tflite",
+              "new\nline.tflite", "-leading-dash.tflite"]
+
+
+def test_hostile_model_names_over_adb(bench, phone, tiny_float_tflite, tmp_path, monkeypatch):
+    import shlex
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # `-leading-dash.tflite` reaches edgeopt as a relative path
+    for name in ODD_MODELS:
+        shutil.copy(tiny_float_tflite, work / name)
+    result = bench("--adb", phone.serial, *QUICK, "--json", "--", *ODD_MODELS)
+    assert result.exit_code == 0, result.stderr
+    records = json.loads(result.stdout)["results"]
+    assert sorted(r["model"]["file"] for r in records) == sorted(ODD_MODELS)
+    for command in phone.commands:
+        for name in ODD_MODELS:
+            if name.split(";")[0] in command:
+                assert any(word.endswith("/" + name) for word in shlex.split(command))
+    assert not list(phone.sandbox.root.rglob("PWNED*")) and not list(tmp_path.rglob("PWNED*"))
+    assert _device_files(phone) == ["benchmark_model"]

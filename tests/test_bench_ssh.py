@@ -24,20 +24,6 @@ import pytest
 
 from conftest import assert_user_error
 
-
-@pytest.fixture
-def bench(capsys):
-    """`edgeopt bench ARGS` in-process, through the edgeopt group's error handling."""
-    from edgeopt.cli import cli
-
-    def run(*args):
-        code = cli.main(["bench", *map(str, args)], standalone_mode=False)
-        out, err = capsys.readouterr()
-        return type("Result", (), {"exit_code": code, "stdout": out, "stderr": err})
-
-    return run
-
-
 QUICK = ("--runs", "5", "--min-secs", "0", "--no-power")
 PWNED = "a b;touch PWNED.tflite"
 

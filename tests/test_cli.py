@@ -84,6 +84,13 @@ def test_dry_run_prints_the_resolved_config(run_cli, tiny_onnx_path):
     assert result.exit_code == 0
     config = json.loads(result.stdout)
     assert config["device"] == "coral-usb" and config["model"] == str(tiny_onnx_path)
+    assert config["sources"]["device"] == "command line" and config["sources"]["seed"] == "default"
+    assert config["devices"] == ["coral-usb"]
+
+
+def test_group_config_option_is_documented(run_cli):
+    result = run_cli("--help")
+    assert "--config FILE" in result.stdout and "edgeopt.toml" in result.stdout
 
 
 def test_shell_completion_scripts(run_cli):

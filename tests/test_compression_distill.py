@@ -85,3 +85,68 @@ def test_early_stopping_restores_the_best_epoch():
     assert result.history[result.best_epoch]["val_loss"] == best
     held = data[np.random.default_rng(0).permutation(64)[:13]]
     assert _evaluate(teacher, result.student, held, config)["val_loss"] == pytest.approx(best)
+
+
+def test_runtime_teacher_runs_the_tflite_file(tmp_path):
+    """A .tflite teacher in LiteRT gives the Keras model's outputs, and distillation uses it."""
+    import tensorflow as tf
+
+    from edgeopt.compression import prune_structured, runtime_teacher
+    from edgeopt.compression.distill import DistillConfig, distill
+
+    teacher, data = teacher_model(), images(40, 0)
+    path = tmp_path / "teacher.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(teacher).convert())
+    student = prune_structured(teacher, 0.5, "l1").model
+    run = runtime_teacher(path, student, num_threads=1)
+    assert np.allclose(run(data[:5]), np.asarray(teacher(data[:5])), atol=1e-4)
+    config = DistillConfig(epochs=2, augment=())
+    result = distill(run, student, data, config=config)
+    assert len(result.history) == 3
+
+
+def test_runtime_teacher_moves_nhwc_batches_to_an_nchw_onnx_model():
+    """The bundled sample: the ONNX export (NCHW) teaches its own Keras model (NHWC)."""
+    from conftest import SAMPLES
+    from edgeopt.compression import runtime_teacher
+
+    student = keras.models.load_model(SAMPLES / "digits_cnn.keras")
+    batch = np.load(SAMPLES / "digits_calib.npz")["image"][:8]
+    teacher = runtime_teacher(SAMPLES / "digits_cnn.onnx", student)
+    assert np.allclose(teacher(batch), np.asarray(student(batch)), atol=1e-4)
+
+
+def test_runtime_teacher_of_other_input_shape_is_refused():
+    from conftest import SAMPLES
+    from edgeopt.compression import runtime_teacher
+
+    inp = keras.Input((16, 16, 1))
+    student = keras.Model(inp, L.Dense(10)(L.Flatten()(inp)))
+    with pytest.raises(DataError, match="cannot learn from the same samples"):
+        runtime_teacher(SAMPLES / "digits_cnn.onnx", student)
+
+
+@pytest.mark.parametrize("labels, message", [
+    (np.full(16, 7), "class indices in 0..4"),
+    (np.zeros(16, "float32"), "one integer class index"),
+    (np.zeros(12, "int64"), "12 labels for 16 samples"),
+])
+def test_bad_labels_are_refused(labels, message):
+    from edgeopt.compression.distill import distill
+
+    model = teacher_model()
+    with pytest.raises(DataError, match=message):
+        distill(model, model, images(16, 0), labels)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"augment": ("rotate",)}, "unknown augmentation 'rotate'"),
+    ({"holdout": 1.0}, "holdout must be between 0 and 1"),
+])
+def test_bad_distill_config_is_refused(config, message):
+    from edgeopt.compression.distill import DistillConfig, distill
+    from edgeopt.errors import ConfigError
+
+    model = teacher_model()
+    with pytest.raises(ConfigError, match=message):
+        distill(model, model, images(16, 0), config=DistillConfig(**config))

@@ -168,3 +168,43 @@ def test_prune_error_is_a_conversion_error():
     from edgeopt.errors import ConversionError
 
     assert issubclass(PruneError, ConversionError)
+
+
+def test_taylor_gives_zero_to_channels_nothing_reads():
+    """A channel whose consumer ignores it cannot change the loss; its weights may be big."""
+    from edgeopt.compression import CRITERIA, build_channel_graph
+
+    model = conv_bn_dense()
+    kernel, bias = model.get_layer("c2").get_weights()
+    kernel[:, :, :3, :] = 0.0
+    model.get_layer("c2").set_weights([kernel, bias])
+    samples = np.random.default_rng(0).standard_normal((6, 8, 8, 3)).astype("float32")
+    scores = CRITERIA["taylor"](build_channel_graph(model), samples)
+    assert np.all(scores["c1"][:3] == 0.0) and np.all(scores["c1"][3:] > 0.0)
+    assert np.all(CRITERIA["l1"](build_channel_graph(model))["c1"][:3] > 0.0)
+    assert scores["c2"].shape == (12,) and np.all(scores["c2"] > 0.0)
+
+
+def test_taylor_with_labels_and_bad_labels():
+    from edgeopt.compression import build_channel_graph, prune_structured
+    from edgeopt.compression.taylor import taylor
+    from edgeopt.errors import DataError
+
+    model, rng = conv_bn_dense(), np.random.default_rng(0)
+    samples = rng.standard_normal((6, 8, 8, 3)).astype("float32")
+    labels = rng.integers(0, 4, 6)
+    cg = build_channel_graph(model)
+    own, given = taylor(cg, samples), taylor(cg, samples, labels)
+    assert not np.allclose(own["c2"], given["c2"])
+    with pytest.raises(DataError, match="5 labels for 6 samples"):
+        taylor(cg, samples, labels[:5])
+    result = prune_structured(model, 0.4, "taylor", samples, labels=labels)
+    assert result.macs_after <= 0.6 * result.macs_before
+
+
+def test_separable_conv_macs_by_hand():
+    from edgeopt.compression import count_macs
+
+    inp = keras.Input((8, 8, 4))
+    model = keras.Model(inp, L.SeparableConv2D(6, 3, depth_multiplier=2, name="s")(inp))
+    assert count_macs(model) == 6 * 6 * (9 * 4 * 2 + 4 * 2 * 6)

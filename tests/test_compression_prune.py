@@ -48,8 +48,17 @@ def depthwise_net() -> keras.Model:
     return keras.Model(inp, L.Dense(4, name="head")(L.GlobalAveragePooling2D()(x)))
 
 
+def separable_net() -> keras.Model:
+    inp = keras.Input((12, 12, 3))
+    x = L.SeparableConv2D(16, 3, padding="same", depth_multiplier=2, name="sep1")(inp)
+    x = L.Activation("relu6")(L.BatchNormalization()(x))
+    x = L.SeparableConv2D(24, 3, padding="same", name="sep2")(x)
+    x = L.Conv2D(16, 1, name="pw")(L.Rescaling(0.5)(x))
+    return keras.Model(inp, L.Softmax()(L.Dense(4, name="head")(L.GlobalAveragePooling2D()(x))))
+
+
 NETS = {"conv": conv_bn_relu_conv_dense, "residual": residual_add, "concat": concat_net,
-        "depthwise": depthwise_net}
+        "depthwise": depthwise_net, "separable": separable_net}
 
 
 def build(kind: str) -> keras.Model:
@@ -100,7 +109,8 @@ def test_rebuilt_model_equals_masked_original(kind):
     from edgeopt.compression.rebuild import masked_weights
 
     model, x = build(kind), samples()
-    result = prune_structured(model, 0.4, "l2", x, PruneConfig(allocation="uniform"))
+    config = PruneConfig(allocation="uniform", recalibrate_bn=False)
+    result = prune_structured(model, 0.4, "l2", x, config)
     cg = build_channel_graph(model)
     kept = cg.keep_all()
     for group in cg.groups:
@@ -129,14 +139,14 @@ def test_float_tflite_gets_smaller(kind):
 
 
 def test_tiny_ratio_removes_only_weak_channels_and_keeps_outputs():
-    from edgeopt.compression import prune_structured
+    from edgeopt.compression import PruneConfig, prune_structured
 
     model, x = build("residual"), samples()
     kernel, bias = model.get_layer("expand").get_weights()
     kernel[..., :4] *= 1e-4
     bias[:4] = 0.0
     model.get_layer("expand").set_weights([kernel, bias])
-    result = prune_structured(model, 0.04, "l1", x)
+    result = prune_structured(model, 0.04, "l1", x, PruneConfig(recalibrate_bn=False))
     assert result.per_layer["expand"][1] < 32
     assert set(range(32)) - set(result.kept_channels["expand"]) <= {0, 1, 2, 3}
     before, after = _outputs(model, x), _outputs(result.model, x)
@@ -150,7 +160,8 @@ def test_sensitivity_allocation_beats_or_matches_uniform():
     errors = {}
     for allocation in ("sensitivity", "uniform"):
         model = build("residual")
-        pruned = prune_structured(model, 0.5, "l1", x, PruneConfig(allocation=allocation))
+        config = PruneConfig(allocation=allocation, recalibrate_bn=False)
+        pruned = prune_structured(model, 0.5, "l1", x, config)
         errors[allocation] = np.linalg.norm(_outputs(pruned.model, x) - _outputs(model, x))
     assert errors["sensitivity"] <= errors["uniform"] + 1e-6
 
@@ -171,3 +182,90 @@ def test_unreachable_target_is_a_clear_error():
 
     with pytest.raises(PruneError, match="cannot remove that many MACs"):
         prune_structured(build("depthwise"), 0.99, "l1", samples())
+
+
+def test_keras_mobilenetv2_prunes_and_matches_its_masked_self():
+    """Every layer MobileNetV2 uses (ZeroPadding2D, ReLU6, depthwise, residual adds) works."""
+    from edgeopt.compression import PruneConfig, build_channel_graph, count_macs, prune_structured
+    from edgeopt.compression.rebuild import masked_weights
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.MobileNetV2((32, 32, 3), alpha=0.35, weights=None, classes=10)
+    _randomize_bn(model)
+    x = np.random.default_rng(0).standard_normal((4, 32, 32, 3)).astype("float32")
+    config = PruneConfig(allocation="uniform", recalibrate_bn=False)
+    result = prune_structured(model, 0.5, "l2", x, config)
+    assert result.macs_after == count_macs(result.model) <= 0.5 * result.macs_before
+    assert result.per_layer["block_16_project"][1] < 112  # the residual chains shrink too
+    cg = build_channel_graph(model)
+    kept = cg.keep_all()
+    for group in cg.groups:
+        for root, ((name, channel), *_) in zip(group.roots, group.clusters):
+            kept[root] = channel in result.kept_channels[name]
+    for name, weights in masked_weights(cg, kept).items():
+        model.get_layer(name).set_weights(weights)
+    assert np.allclose(_outputs(result.model, x), _outputs(model, x), atol=1e-5)
+
+
+def test_softmax_output_model_prunes():
+    """A classifier ending in a Softmax layer (the bundled sample's shape) can be pruned."""
+    from edgeopt.compression import build_channel_graph, prune_structured
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 1))
+    x = L.Conv2D(16, 3, activation="relu", name="c1")(inp)
+    x = L.Dense(5, name="fc")(L.GlobalAveragePooling2D()(L.Conv2D(16, 3, name="c2")(x)))
+    model = keras.Model(inp, L.Softmax(name="probs")(x))
+    result = prune_structured(model, 0.4, "l1")
+    assert result.per_layer["fc"] == (5, 5)
+    assert result.per_layer["c1"][1] + result.per_layer["c2"][1] < 32
+    mid = keras.Model(inp, L.Conv2D(3, 1, name="out")(
+        L.Activation("softmax")(L.Conv2D(6, 1, name="c")(inp))))
+    assert [g.size for g in build_channel_graph(mid).groups] == []
+
+
+def test_wrong_sample_shape_is_a_data_error():
+    from edgeopt.compression import prune_structured
+    from edgeopt.errors import DataError
+
+    with pytest.raises(DataError, match=r"the model expects \(N, 12, 12, 3\)"):
+        prune_structured(build("conv"), 0.5, "activation", np.zeros((4, 8, 8, 3), "float32"))
+    with pytest.raises(DataError, match="1 inputs, got 2"):
+        prune_structured(build("conv"), 0.5, "l1", [samples(), samples()])
+
+
+@pytest.mark.parametrize("allocation", ["uniform", "sensitivity"])
+def test_channel_multiple_keeps_whole_tiles(allocation):
+    from edgeopt.compression import PruneConfig, prune_structured
+
+    model = build("residual")
+    config = PruneConfig(allocation=allocation, channel_multiple=8)
+    result = prune_structured(model, 0.4, "l1", samples(), config)
+    widths = [after for name, (before, after) in result.per_layer.items() if name != "head"]
+    assert all(w % 8 == 0 for w in widths) and result.macs_after <= 0.6 * result.macs_before
+    recipe = prune_structured(model, {"expand": 0.3}, "l1", samples(), config)
+    assert recipe.per_layer["expand"] == (32, 24)
+
+
+@pytest.mark.parametrize("knob", [{"channel_multiple": 0}, {"max_group_ratio": 1.0}])
+def test_bad_prune_config(knob):
+    from edgeopt.compression import PruneConfig, prune_structured
+    from edgeopt.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        prune_structured(build("conv"), 0.5, "l1", samples(), PruneConfig(**knob))
+
+
+def test_batchnorm_statistics_are_re_estimated_on_the_samples():
+    """After pruning, each BN layer holds the statistics its new input has on the samples."""
+    from edgeopt.compression import prune_structured
+
+    model, x = build("conv"), samples(16)
+    result = prune_structured(model, 0.5, "l1", x)
+    assert result.bn_recalibrated
+    pruned = result.model
+    bn = pruned.get_layer("bn1")
+    conv_out = np.asarray(pruned.get_layer("c1")(x)).reshape(-1, bn.gamma.shape[0])
+    assert np.allclose(bn.moving_mean, conv_out.mean(axis=0), atol=1e-4)
+    assert np.allclose(bn.moving_variance, conv_out.var(axis=0), rtol=1e-3, atol=1e-4)
+    assert not prune_structured(model, 0.5, "l1").bn_recalibrated  # no samples: left alone

@@ -74,3 +74,28 @@ def test_sparse_tflite_is_smaller_and_runs_like_keras():
     interpreter.invoke()
     out = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     assert np.allclose(out, np.asarray(sparse_model(x)), atol=1e-4)
+
+
+def test_measure_sparse_reports_real_sizes_and_latencies():
+    """Sizes are the files' bytes; latencies come from LiteRT runs (XNNPACK, one thread)."""
+    from edgeopt.compression import MeasureConfig, SparsityConfig, measure_sparse, measure_tflite
+
+    quick = MeasureConfig(runs=20, min_secs=0.05, warmup=2)
+    report = measure_sparse(mlp(), SparsityConfig(sparsity=0.8), quick)
+    assert report.sparse is not None and len(report.written) == report.sparse.size_bytes
+    assert report.sparse.size_bytes < 0.6 * report.dense.size_bytes
+    assert abs(report.dense.size_bytes - report.baseline.size_bytes) < 1024
+    for measured in (report.baseline, report.dense, report.sparse):
+        assert measured.runs >= 20 and measured.latency.median > 0
+        assert measured.clock == "cpu" and measured.threads == 1
+    again = measure_tflite(report.written, quick)
+    assert again.size_bytes == len(report.written)
+    assert report.to_json()["density"]["hidden"] == pytest.approx(0.2, abs=1e-3)
+
+
+def test_cpu_clock_needs_one_thread():
+    from edgeopt.compression import MeasureConfig, measure_tflite
+    from edgeopt.compression.tflite_sparse import convert_float
+
+    with pytest.raises(ConfigError, match="one thread"):
+        measure_tflite(convert_float(mlp()), MeasureConfig(threads=2, clock="cpu"))

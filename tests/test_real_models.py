@@ -77,3 +77,31 @@ def test_pp_ocr_detector_needs_a_fixed_shape(run_cli, tmp_path, photo_crops, tex
     # manifest must say so rather than ship it quietly. The calibration core fixes it.
     sqnr = manifest["validation"]["sqnr_db"]
     assert sqnr > 15 or any("SQNR" in note for note in manifest["notes"])
+
+
+def test_pp_ocr_classifier_pruned_as_onnx(run_cli, tmp_path, photo_crops):
+    """A paddle2onnx graph (hard-swish as Add/Clip/Div/Mul, SE blocks, depthwise with (2, 1)
+    strides) imports to Keras exactly, prunes to half the MACs and comes back as ONNX."""
+    import onnx
+    import onnxslim
+
+    from edgeopt.converters.onnx_keras import import_onnx
+    from edgeopt.runtime import OnnxRunner
+
+    model = _package_dir("rapidocr_onnxruntime") / "models" / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+    proto = onnxslim.slim(str(model), input_shapes=["x:1,3,48,192"])
+    x = np.random.default_rng(0).random((2, 3, 48, 192)).astype("float32")
+    imported = import_onnx(proto)
+    reference = OnnxRunner(proto.SerializeToString()).run({"x": x})[0]
+    np.testing.assert_allclose(np.asarray(imported.model([x.transpose(0, 2, 3, 1)])), reference,
+                               atol=1e-5)
+    out = tmp_path / "cls_small.onnx"
+    result = run_cli("compress", model, "--input-shape", "x:1,3,48,192", "--prune", "0.5",
+                     "--data", photo_crops, "--mean", "127.5", "--std", "127.5", "-o", out,
+                     "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["macs"]["after"] <= 0.55 * record["macs"]["before"]
+    assert out.stat().st_size < model.stat().st_size
+    small = onnx.load(str(out))
+    assert OnnxRunner(out).run({small.graph.input[0].name: x[:1]})[0].shape == (1, 2)

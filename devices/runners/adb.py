@@ -79,19 +79,21 @@ class AdbClient:
         """Run one device shell script (already quoted) and wait for it."""
         return self.run("shell", script, timeout=timeout, check=check)
 
+    # Local paths go to adb absolute: a file named `-z...` would otherwise be an option.
     def push(self, local: Path, remote: str, timeout: float) -> None:
-        self.run("push", str(local), remote, timeout=timeout)
+        self.run("push", os.path.abspath(local), remote, timeout=timeout)
 
     def pull(self, remote: str, local: Path, timeout: float) -> None:
-        self.run("pull", remote, str(local), timeout=timeout)
+        self.run("pull", remote, os.path.abspath(local), timeout=timeout)
 
     def push_many(self, files: list[Path], remote_dir: str, timeout: float) -> None:
         """Several files into an existing device folder, in one client run."""
-        self.run("push", *map(str, files), remote_dir.rstrip("/") + "/", timeout=timeout)
+        self.run("push", *map(os.path.abspath, files), remote_dir.rstrip("/") + "/",
+                 timeout=timeout)
 
     def pull_many(self, remotes: list[str], local_dir: Path, timeout: float) -> None:
         """Several device files into an existing local folder, in one client run."""
-        self.run("pull", *remotes, str(local_dir), timeout=timeout)
+        self.run("pull", *remotes, os.path.abspath(local_dir), timeout=timeout)
 
     @staticmethod
     def stream_broke(returncode: int, stderr_lines: list[str]) -> bool:

@@ -22,7 +22,7 @@ from edgeopt.devices.runners.numerics import (
     input_flags,
     numerics_inputs,
 )
-from edgeopt.devices.runners.staging import Staged
+from edgeopt.devices.runners.staging import Staged, step_timeout
 from edgeopt.devices.runners.workspace import Workspace, run_script
 from edgeopt.errors import DeviceError
 from edgeopt.model import ModelHandle
@@ -30,7 +30,7 @@ from edgeopt.model import ModelHandle
 ONE_RUN = ["--num_runs=1", "--warmup_runs=0", "--min_secs=0", "--warmup_min_secs=0"]
 
 
-def _push_inputs(space: Workspace, handle: ModelHandle, arrays, samples: int,
+def _push_inputs(space: Workspace, config, handle: ModelHandle, arrays, samples: int,
                  local: Path) -> list[list[str]]:
     """Write and push every sample's input files; returns their device paths per sample."""
     remote, files = [], []
@@ -40,7 +40,8 @@ def _push_inputs(space: Workspace, handle: ModelHandle, arrays, samples: int,
             (local / name).write_bytes(content)
             files.append(str(local / name))
         remote.append([space.path("numerics", n) for n in names])
-    space.client.push_many([Path(f) for f in files], space.path("numerics"), timeout=60.0)
+    space.client.push_many([Path(f) for f in files], space.path("numerics"),
+                           timeout=step_timeout(config, 60.0))
     return remote
 
 
@@ -66,7 +67,7 @@ def device_numerics(space: Workspace, config, handle: ModelHandle, staged: Stage
     samples = config.numerics_samples
     arrays = numerics_inputs(handle, config.numerics_inputs, samples)
     with tempfile.TemporaryDirectory(prefix="edgeopt-numerics-") as tmp:
-        inputs = _push_inputs(space, handle, arrays, samples, Path(tmp))
+        inputs = _push_inputs(space, config, handle, arrays, samples, Path(tmp))
         runs, candidate_flags = _runs(space, config, handle, staged, inputs)
         run = run_script(space, scripts.numerics_script(runs), config.timeout_s,
                          "the numerics runs")
@@ -78,7 +79,7 @@ def device_numerics(space: Workspace, config, handle: ModelHandle, staged: Stage
         pulled.mkdir()
         names = [f"{kind}_{i}.bin" for i in range(samples) for kind in ("ref", "cand")]
         space.client.pull_many([space.path("numerics", n) for n in names], pulled,
-                               timeout=60.0)
+                               timeout=step_timeout(config, 60.0))
         reference = [_read(pulled, f"ref_{i}.bin") for i in range(samples)]
         candidate = [_read(pulled, f"cand_{i}.bin") for i in range(samples)]
     labels = (f"{staged.tool} {' '.join(REFERENCE_FLAGS)} (TFLite CPU kernels)",

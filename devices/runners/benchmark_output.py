@@ -23,6 +23,7 @@ The tool's output changed over the years and reaches us with or without log pref
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ _PEAK = re.compile(r"Overall peak memory footprint \(MB\) via periodic monitorin
                    r"([\d.eE+-]+)")
 _DELEGATION = re.compile(r"(Explicitly applied .*|Though .* delegate is explicitly applied.*|"
                          r"Replacing \d+ out of \d+ node\(s\) with delegate.*)$")
+_TIMING_LINE = re.compile(r"count=|Inference timings in us|Average inference timings")
 _ERROR = re.compile(r"(?:^|\s)(?:ERROR: |E tflite\s*: )(.*)$|(Benchmarking failed\.?)")
 
 
@@ -78,8 +80,19 @@ class BenchmarkModelOutput:
                        min=s.get("min"), max=s.get("max"), std=s.get("std"))
 
 
+def _number(text: str) -> float | None:
+    """A finite, non-negative figure, or None for what no working tool prints (`e`, `-`,
+    `nan`, `1e999`, negative times): garbage from a broken device is not a measurement."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def _stat_fields(text: str) -> dict[str, float]:
-    return {k: float(v) for k, v in (item.split("=", 1) for item in text.split())}
+    fields = {k: _number(v) for k, v in (item.split("=", 1) for item in text.split())}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _stat_line(line: str) -> dict[str, float] | None:
@@ -89,28 +102,31 @@ def _stat_line(line: str) -> dict[str, float] | None:
     return _stat_fields(match.group(0))
 
 
-def _us_to_ms(value: str) -> float:
-    return float(value) / 1000.0
+def _us_to_ms(value: str) -> float | None:
+    number = _number(value)
+    return None if number is None else number / 1000.0
 
 
 def _summary(text: str) -> dict[str, float]:
     if match := _SUMMARY.search(text):
         init, first, warmup, inference = map(_us_to_ms, match.groups())
-        return {"init_ms": init, "first_ms": first, "warmup_avg_ms": warmup,
-                "inference_avg_ms": inference}
-    if match := _OLD_SUMMARY.search(text):
+        found = {"init_ms": init, "first_ms": first, "warmup_avg_ms": warmup,
+                 "inference_avg_ms": inference}
+    elif match := _OLD_SUMMARY.search(text):
         warmup, init, inference = map(_us_to_ms, match.groups())
-        return {"init_ms": init, "warmup_avg_ms": warmup, "inference_avg_ms": inference}
-    return {}
+        found = {"init_ms": init, "warmup_avg_ms": warmup, "inference_avg_ms": inference}
+    else:
+        return {}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _memory(text: str) -> dict[str, float]:
-    memory = {}
+    found = {}
     if match := _MEMORY.search(text):
-        memory["init"], memory["overall"] = float(match.group(1)), float(match.group(2))
+        found["init"], found["overall"] = _number(match.group(1)), _number(match.group(2))
     if match := _PEAK.search(text):
-        memory["peak"] = float(match.group(1))
-    return memory
+        found["peak"] = _number(match.group(1))
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _phases(lines: list[str]) -> tuple[dict[str, float], dict[str, float]]:
@@ -137,7 +153,17 @@ def parse_benchmark_output(text: str, require_timings: bool = True) -> Benchmark
     result = BenchmarkModelOutput(
         steady_us=steady, warmup_us=warmup,
         memory_mb=_memory(text), delegation=delegation, errors=errors, **_summary(text))
-    if require_timings and not steady and result.inference_avg_ms is None:
-        why = f": {errors[0]}" if errors else ""
+    if require_timings and "avg" not in steady and result.inference_avg_ms is None:
+        why = f": {errors[0]}" if errors else garbled_note(text)
         raise BenchmarkOutputError(f"benchmark_model printed no inference timings{why}")
     return result
+
+
+def garbled_note(text: str) -> str:
+    """` (why)` when output without timings was not text or held impossible figures."""
+    lines = text.splitlines()
+    if any("\ufffd" in line or "\0" in line for line in lines):
+        return " (its output is not text: garbage from the device or the tool)"
+    if any(_TIMING_LINE.search(line) for line in lines):
+        return " (the timing lines it printed hold no usable figures)"
+    return ""

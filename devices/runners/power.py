@@ -63,8 +63,9 @@ class PowerSampler:
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            if line.startswith("@pid "):
-                self.pid = int(line.split()[1])
+            words = line.split()
+            if len(words) == 2 and words[0] == "@pid" and words[1].isdigit():
+                self.pid = int(words[1])
             elif sample := _parse_sample(line, time.monotonic()):
                 self.samples.append(sample)
 

@@ -43,15 +43,45 @@ def kill_group(proc: subprocess.Popen) -> None:
         _running.discard(proc)
 
 
+# What a client prints is kept up to this much per stream: a broken device can print
+# without end, and the host must not hold it all.
+MAX_CAPTURE = 16 * 1024 * 1024
+
+
+def _drain(stream, chunks: list, limit: int) -> None:
+    """Read `stream` to its end, keeping the first `limit` bytes or characters."""
+    kept = 0
+    while chunk := stream.read(65536):
+        if kept < limit:
+            chunks.append(chunk[:limit - kept])
+            kept += len(chunks[-1])
+
+
 def run_tracked(argv: list[str], timeout: float, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, text: bool = True) -> subprocess.CompletedProcess:
-    """Run to completion; on timeout kill the group and raise subprocess.TimeoutExpired."""
+    """Run to completion; on timeout kill the group and raise subprocess.TimeoutExpired.
+    Piped output is kept up to MAX_CAPTURE per stream."""
     proc = spawn_tracked(argv, stdin, stdout, text)
+    captured: dict[str, list] = {"out": [], "err": []}
+    readers = [threading.Thread(target=_drain, args=(stream, captured[name], MAX_CAPTURE),
+                                daemon=True)
+               for name, stream in (("out", proc.stdout), ("err", proc.stderr)) if stream]
+    for reader in readers:
+        reader.start()
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     finally:
         kill_group(proc)
-    if not text and isinstance(err, bytes):
+        for reader in readers:
+            reader.join(timeout=5)
+        if not any(reader.is_alive() for reader in readers):
+            for stream in (proc.stdout, proc.stderr):
+                if stream:
+                    stream.close()
+    empty = "" if text else b""
+    out = empty.join(captured["out"]) if proc.stdout else None
+    err = empty.join(captured["err"])
+    if not text:
         err = err.decode(errors="replace")
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 

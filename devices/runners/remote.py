@@ -25,6 +25,7 @@ from edgeopt.devices.runners import device_scripts as scripts
 from edgeopt.devices.runners.android_numerics import device_numerics
 from edgeopt.devices.runners.benchmark_output import (
     BenchmarkOutputError,
+    garbled_note,
     parse_benchmark_output,
 )
 from edgeopt.devices.runners.delegates import benchmark_model_flags
@@ -86,7 +87,7 @@ def _failed_run(space: Workspace, output: str, tool: str) -> BenchmarkRunError:
     if state != "device":
         return BenchmarkRunError(f"{space.client.who()}: lost the connection while {tool} "
                                  f"ran (device state: {state})", partial)
-    why = partial.errors[0] if partial.errors else "it printed no timings"
+    why = partial.errors[0] if partial.errors else f"it printed no timings{garbled_note(output)}"
     return BenchmarkRunError(f"{space.client.who()}: {tool} failed: {why}", partial)
 
 

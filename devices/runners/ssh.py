@@ -55,9 +55,18 @@ class SshClient:
     def who(self) -> str:
         return f"ssh host {self.target}"
 
+    def __post_init__(self):
+        # ssh reads a host that starts with '-' as an option (-oProxyCommand=... runs a
+        # command here); `--` below stops that too, this says why plainly.
+        if not self.target or self.target.startswith("-") or any(
+                c.isspace() or ord(c) < 32 for c in self.target):
+            raise SshError(f"--ssh {self.target!r} is not a host: give HOST, USER@HOST or "
+                           "USER@HOST:PORT (ssh options go in --ssh-option or ~/.ssh/config)")
+
     def argv(self, script: str) -> list[str]:
         host, port = _split_port(self.target)
-        return [self.binary, *OPTIONS, *port, *self.options, host, "sh -c " + shlex.quote(script)]
+        return [self.binary, *OPTIONS, *port, *self.options, "--", host,
+                "sh -c " + shlex.quote(script)]
 
     def spawn(self, kind: str, script: str) -> subprocess.Popen:
         """Start `sh -c SCRIPT` on the board (kind: "shell", as for adb); output is read as

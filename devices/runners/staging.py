@@ -47,11 +47,18 @@ def local_file(value: str | None) -> Path | None:
     return Path(value) if value and Path(value).is_file() else None
 
 
+def step_timeout(config, seconds: float) -> float:
+    """A device step's time limit: its own, but never longer than --timeout, so a device
+    that stops answering is given up on as soon as a hung run would be."""
+    return min(seconds, config.timeout_s)
+
+
 def probe(space, config) -> DeviceFacts:
     given = config.benchmark_binary
     binaries = [given] if given and not local_file(given) else scripts.BINARY_CANDIDATES
     folders = [space.root] + ([space.path("numerics")] if config.numerics_samples else [])
-    out = space.client.shell(scripts.probe_script(folders, binaries), timeout=PROBE_TIMEOUT_S)
+    out = space.client.shell(scripts.probe_script(folders, binaries),
+                             timeout=step_timeout(config, PROBE_TIMEOUT_S))
     found = scripts.parse_markers(out.stdout)
 
     def first(key: str) -> str | None:
@@ -74,7 +81,8 @@ def _command(space, config, facts: DeviceFacts, timeout: float) -> tuple[tuple[s
     if local := local_file(config.benchmark_binary):
         binary = space.path("benchmark_model")
         space.client.push(local, binary, timeout=timeout)
-        space.client.shell(scripts.chmod_script(binary), timeout=PROBE_TIMEOUT_S)
+        space.client.shell(scripts.chmod_script(binary),
+                           timeout=step_timeout(config, PROBE_TIMEOUT_S))
         return (binary,), "benchmark_model"
     use_python = config.runner == "python" or (config.runner == "auto" and not facts.binary)
     if not use_python and facts.binary:
@@ -88,7 +96,7 @@ def _command(space, config, facts: DeviceFacts, timeout: float) -> tuple[tuple[s
 
 def stage(space, config, facts: DeviceFacts, handle: ModelHandle) -> Staged:
     """Push the model, the runner when it is local, and a local delegate library."""
-    timeout = 30.0 + handle.size_bytes / 2e6
+    timeout = step_timeout(config, 30.0 + handle.size_bytes / 2e6)
     remote_model = space.path(handle.path.name)
     space.client.push(handle.path, remote_model, timeout=timeout)
     command, tool = _command(space, config, facts, timeout)

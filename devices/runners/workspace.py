@@ -17,6 +17,7 @@ import posixpath
 import subprocess
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from edgeopt.devices.runners import device_scripts as scripts
@@ -62,20 +63,31 @@ class ScriptRun:
         return "".join(line for _, line in self.lines)
 
 
+# A broken device can print without end; what we keep of a run's output is bounded.
+MAX_LINE_CHARS = 64 * 1024
+MAX_KEPT_CHARS = 8 * 1024 * 1024
+
+
 def _collect(stream, sink: list, pids: list[int]) -> None:
-    for line in stream:
+    """Timestamp each line as it arrives; beyond MAX_KEPT_CHARS the oldest lines go (the
+    timings come last), and an endless line is cut into MAX_LINE_CHARS pieces."""
+    kept = 0
+    while line := stream.readline(MAX_LINE_CHARS):
         now = time.monotonic()
-        if line.startswith("@pid "):
+        if line.startswith("@pid ") and line.split()[1:2] and line.split()[1].isdigit():
             pids.append((now, int(line.split()[1])))
-        else:
-            sink.append((now, line))
+            continue
+        sink.append((now, line))
+        kept += len(line)
+        while kept > MAX_KEPT_CHARS and len(sink) > 1:
+            kept -= len(sink.popleft()[1])
 
 
 def run_script(space: Workspace, script: str, timeout: float, what: str) -> ScriptRun:
     """Run a device script that announces `@pid`; on timeout kill it on both ends (the
     device side at cleanup)."""
     proc = space.client.spawn("shell", script)
-    out, err, pids = [], [], []
+    out, err, pids = deque(), deque(), []
     readers = [threading.Thread(target=_collect, args=(s, sink, pids), daemon=True)
                for s, sink in ((proc.stdout, out), (proc.stderr, err))]
     for reader in readers:

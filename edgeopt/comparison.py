@@ -1,0 +1,67 @@
+"""`build --device all` (or a comma list): the built artifact, estimated on every device named.
+
+The artifact is built once, for the first device; the others get the same file through
+their own delegate rules and profile, so the comparison answers "where would this model
+run best" without building N bundles. A device that cannot take the artifact says why
+instead of stopping the build.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from edgeopt.config import device_names
+from edgeopt.errors import ConfigError, EdgeoptError, first_line
+
+COMPARE_NEEDS_TFLITE = ("comparing devices (--device all or a comma list) estimates the "
+                        ".tflite graph; build with --format tflite")
+
+
+def compared_profiles(device_spec: str, fmt: str) -> list:
+    """The profiles after the build target; [] for one device. Unknown names fail here,
+    before the long stages run."""
+    from edgeopt.devices.profile import load_profile
+
+    names = device_names(device_spec)
+    if len(names) == 1:
+        return []
+    if fmt != "tflite":
+        raise ConfigError(COMPARE_NEEDS_TFLITE)
+    return [load_profile(name) for name in names[1:]]
+
+
+def _row(profile, placement, estimate, primary: bool) -> dict:
+    total = placement.delegated_ops + placement.cpu_ops
+    return {"device": profile.name, "kind": profile.kind, "delegate": profile.delegate,
+            "primary": primary, **estimate.manifest_json(),
+            "delegated_ops": placement.delegated_ops,
+            "cpu_ops": placement.cpu_ops, "partitions": len(placement.partitions),
+            "delegated_share": round(placement.delegated_ops / total, 6) if total else 0.0,
+            "note": None}
+
+
+def _failed(profile, why: str) -> dict:
+    return {"device": profile.name, "kind": profile.kind, "delegate": profile.delegate,
+            "primary": False, "latency_ms": None, "energy_mj": None, "delegated_ops": None,
+            "cpu_ops": None, "partitions": None, "delegated_share": None, "note": why}
+
+
+def compare_devices(content: bytes, primary: tuple, others: list,
+                    progress: Callable[[str], None]) -> list[dict]:
+    """One row per device: the build target's own (profile, placement, estimate) first."""
+    from edgeopt.delegates import place_for_device
+    from edgeopt.devices.estimator import estimate
+    from edgeopt.tflite_reader import read_tflite
+
+    graph = read_tflite(content)
+    rows = [_row(*primary, primary=True)]
+    progress(f"estimating the artifact on {len(others)} more device(s)")
+    for i, profile in enumerate(others, 1):
+        progress(f"{profile.name} ({i}/{len(others)})")
+        try:
+            placement = place_for_device(content, profile)
+            rows.append(_row(profile, placement, estimate(graph, profile, placement, content),
+                             primary=False))
+        except EdgeoptError as exc:
+            rows.append(_failed(profile, first_line(exc)))
+    return rows

@@ -1,0 +1,493 @@
+"""`edgeopt compress`, and the compression stage of `edgeopt build`.
+
+Structured pruning removes channels (the model gets smaller and faster for real), magnitude
+sparsity zeroes weights (2:4 or unstructured; the `.tflite` is written sparse where that
+shrinks it), and distillation from the original model wins accuracy back, with or without
+labels. Keras models are pruned directly; ONNX models through edgeopt's ONNX -> Keras
+import, and come back as ONNX with the original node names (converters/onnx_keras.py).
+
+    >>> result = compress(CompressConfig(model="m.keras", output="small.tflite", prune=0.5))
+    >>> result.record["macs"]["after"] / result.record["macs"]["before"]   # about 0.5
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from edgeopt.errors import ConfigError, DataError
+
+PATTERNS = ("structured", "2:4", "unstructured")
+OUTPUT_FORMATS = {".keras": "keras", ".tflite": "tflite", ".onnx": "onnx"}
+CRITERIA_NAMES = ("l1", "l2", "bn_scale", "activation", "taylor")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CompressSettings:
+    """What to do to the model; shared by `edgeopt compress` and `edgeopt build --prune`."""
+
+    prune: float | None = None
+    pattern: str = "structured"
+    criterion: str = "l1"
+    recipe: str | None = None
+    distill: bool = False
+    epochs: int = 20
+    channel_multiple: int = 8  # pruned layers keep whole CPU/NPU channel tiles (see README)
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.pattern not in PATTERNS:
+            raise ConfigError(f"unknown pruning pattern '{self.pattern}' "
+                              f"(choose from {', '.join(PATTERNS)})")
+        if self.pattern == "2:4" and self.prune not in (None, 0.5):
+            raise ConfigError("--2:4 removes exactly half of the weights; leave out --prune "
+                              f"or give 0.5 (got {self.prune})")
+        if self.pattern != "2:4" and self.prune is None and self.recipe is None:
+            raise ConfigError("nothing to compress: give --prune R (a share in (0, 1)) or "
+                              "--recipe FILE")
+        if self.prune is not None and not 0 < self.prune < 1:
+            raise ConfigError(f"--prune must be between 0 and 1 (exclusive), got {self.prune}")
+        if self.recipe is not None and self.pattern != "structured":
+            raise ConfigError("--recipe gives channel ratios per layer: structured pruning only")
+        if self.epochs < 1:
+            raise ConfigError(f"--epochs must be at least 1, got {self.epochs}")
+        if self.channel_multiple < 1:
+            raise ConfigError(f"--channel-multiple must be at least 1, got "
+                              f"{self.channel_multiple}")
+        if self.criterion not in CRITERIA_NAMES:
+            raise ConfigError(f"unknown prune criterion '{self.criterion}' "
+                              f"(choose from {', '.join(CRITERIA_NAMES)})")
+
+
+@dataclass(frozen=True)
+class CompressConfig:
+    model: str
+    output: str
+    settings: CompressSettings
+    data: str | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    input_shapes: tuple[str, ...] = ()
+    eval: str | None = None
+
+
+@dataclass
+class Trainable:
+    """A model edgeopt can prune and train: Keras layers, and the way back to the source."""
+
+    model: Any
+    source_format: str
+    imported: Any = None  # converters.onnx_keras.Imported for ONNX sources
+    input_perms: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def source_name(self, layer: str) -> str:
+        """The ONNX node a Keras layer was imported from (the layer's own name for Keras)."""
+        if self.imported is None:
+            return layer
+        nodes = {v: k for k, v in self.imported.layers.items()}
+        return nodes.get(layer, layer)
+
+    def to_keras_layout(self, name: str, array: np.ndarray) -> np.ndarray:
+        perm = self.input_perms.get(name)
+        return np.ascontiguousarray(array.transpose(perm)) if perm else array
+
+    def to_source_layout(self, name: str, array: np.ndarray) -> np.ndarray:
+        perm = self.input_perms.get(name)
+        return np.ascontiguousarray(array.transpose(np.argsort(perm))) if perm else array
+
+
+@dataclass
+class Compressed:
+    """The compressed Keras model, how to write it, and the record for manifest/report."""
+
+    trainable: Trainable
+    model: Any
+    record: dict
+
+
+def trainable_model(handle, workdir: Path) -> Trainable:
+    """A Keras model of ``handle`` whose layers own their weights (Keras or ONNX sources)."""
+    if handle.format == "keras":
+        from edgeopt.model import load_keras
+
+        return Trainable(load_keras(handle.path), "keras")
+    if handle.format == "onnx":
+        import onnx
+
+        from edgeopt.converters.onnx_keras import import_onnx
+
+        proto = onnx.load(str(_static_onnx(handle, workdir)))
+        imported = import_onnx(proto)
+        return Trainable(imported.model, "onnx", imported, dict(imported.input_perms))
+    raise ConfigError(f"pruning needs the trainable source model (.keras or .onnx), not a "
+                      f"{handle.format} file: {handle.path.name}")
+
+
+def _static_onnx(handle, workdir: Path) -> Path:
+    """Dynamic batch -> 1, shapes propagated and shape subgraphs folded (onnxslim)."""
+    import io
+
+    from edgeopt.converters.onnx_to_tf import fixed_shapes, static_onnx
+
+    path = static_onnx(handle, workdir, fixed_shapes(handle), io.StringIO())
+    return path or handle.path
+
+
+def read_prune_recipe(path: str) -> dict[str, float]:
+    """A recipe file: ``[prune]`` maps layer-name regexes to the share of channels removed."""
+    import re
+    import tomllib
+
+    try:
+        table = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"prune recipe not found: {path}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"prune recipe {path} is not readable TOML: {exc}") from None
+    rules = table.get("prune")
+    if not isinstance(rules, dict) or not rules:
+        raise ConfigError(f"prune recipe {path} needs a [prune] table of "
+                          "\"layer regex\" = ratio entries")
+    for pattern, ratio in rules.items():
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"prune recipe {path}: '{pattern}' is not a regex ({exc})") \
+                from None
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio < 1:
+            raise ConfigError(f"prune recipe {path}: '{pattern}' = {ratio!r}; ratios are "
+                              "numbers in [0, 1)")
+    return {k: float(v) for k, v in rules.items()}
+
+
+def _teacher(handle, trainable: Trainable, name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The original model in its own runtime, fed batches in the student's layout."""
+    from edgeopt.runtime import make_runner
+
+    runner = make_runner(handle)
+
+    def teach(batch: np.ndarray) -> np.ndarray:
+        return runner.run({name: trainable.to_source_layout(name, np.asarray(batch))})[0]
+
+    return teach
+
+
+def _single_input(handle) -> str:
+    if len(handle.inputs) != 1:
+        raise ConfigError(f"compression trains on single-input models; {handle.path.name} has "
+                          f"{len(handle.inputs)} inputs")
+    return handle.inputs[0].name
+
+
+def _prune(trainable: Trainable, settings: CompressSettings, samples: np.ndarray | None,
+           labels: np.ndarray | None, progress: Progress) -> tuple[Any, dict]:
+    from edgeopt.compression import PruneConfig, prune_structured
+
+    target: Any = settings.prune
+    if settings.recipe:
+        target = read_prune_recipe(settings.recipe)
+    goal = f"recipe {settings.recipe}" if settings.recipe else f"{settings.prune:.0%} of MACs"
+    progress(f"pruning channels ({settings.criterion}, {goal})")
+    result = prune_structured(trainable.model, target, settings.criterion, samples,
+                              PruneConfig(seed=settings.seed,
+                                          channel_multiple=settings.channel_multiple), labels)
+    record = {"pattern": "structured", "criterion": settings.criterion,
+              "target": settings.prune, "recipe": settings.recipe,
+              "channel_multiple": settings.channel_multiple,
+              "bn_recalibrated": bool(getattr(result, "bn_recalibrated", False)),
+              "macs": {"before": int(result.macs_before), "after": int(result.macs_after)},
+              "layers": [{"layer": trainable.source_name(name), "before": int(b),
+                          "after": int(a)} for name, (b, a) in result.per_layer.items()],
+              "group_ratios": {k: round(float(v), 4) for k, v in result.group_ratios.items()}}
+    return result.model, record
+
+
+def _sparsify(trainable: Trainable, settings: CompressSettings,
+              progress: Progress) -> tuple[Any, dict]:
+    from edgeopt.compression.sparsity import SparsityConfig, sparsify
+
+    sparsity = 0.5 if settings.pattern == "2:4" else float(settings.prune)
+    progress(f"zeroing {sparsity:.0%} of the weights ({settings.pattern})")
+    result = sparsify(trainable.model, SparsityConfig(sparsity, settings.pattern))
+    if not result.density:
+        raise DataError("no layer could be sparsified: " + "; ".join(
+            f"{k}: {v}" for k, v in result.skipped.items()) or "no Conv2D/Dense layer")
+    return result.model, {"pattern": settings.pattern, "sparsity": sparsity,
+                          "density": {k: round(v, 4) for k, v in result.density.items()},
+                          "skipped": dict(result.skipped)}
+
+
+def _distill(handle, trainable: Trainable, student: Any, data, settings: CompressSettings,
+             progress: Progress) -> dict:
+    from edgeopt.compression import DistillConfig, distill
+
+    name = _single_input(handle)
+    inputs = trainable.to_keras_layout(name, data.arrays[name]).astype("float32")
+    config = DistillConfig(epochs=settings.epochs, seed=settings.seed)
+    bar = _EpochBar(settings.epochs, progress)
+    result = distill(_teacher(handle, trainable, name), student, inputs, data.labels, config,
+                     bar)
+    return {"epochs_run": len(result.history) - 1, "best_epoch": result.best_epoch,
+            "labels": data.labels is not None, "samples": int(len(inputs)),
+            "history": [{k: round(float(v), 5) for k, v in h.items()}
+                        for h in result.history]}
+
+
+class _EpochBar:
+    """The distillation step with a bar over epochs: `detail (done/total)` messages fill it."""
+
+    def __init__(self, total: int, progress: Progress) -> None:
+        self.total, self.progress = total, progress
+        progress(f"distilling from the original model (at most {total} epochs)")
+
+    def __call__(self, record: dict) -> None:
+        self.progress(f"held-back agreement {record['agreement']:.3f}, loss "
+                      f"{record['val_loss']:.4f} ({int(record['epoch'])}/{self.total})")
+
+
+def compress_model(handle, data, settings: CompressSettings, workdir: Path,
+                   progress: Progress) -> Compressed:
+    """Prune or sparsify ``handle``'s model, then distill from the original when asked."""
+    settings.check()
+    if settings.distill and data is None:
+        raise DataError("--distill needs sample inputs: give --data (an image folder, .npz "
+                        "or .npy; labels optional)")
+    progress(f"reading {handle.path.name} as trainable layers")
+    trainable = trainable_model(handle, workdir)
+    name = _single_input(handle)
+    samples = labels = None
+    if data is not None:
+        samples = trainable.to_keras_layout(name, data.arrays[name][:64]).astype("float32")
+        labels = None if data.labels is None else data.labels[:64]
+    if settings.pattern == "structured":
+        model, record = _prune(trainable, settings, samples, labels, progress)
+    else:
+        model, record = _sparsify(trainable, settings, progress)
+    if settings.distill:
+        record["distillation"] = _distill(handle, trainable, model, data, settings, progress)
+        if settings.pattern != "structured":  # training refills zeroed weights: zero again
+            model, again = _sparsify(Trainable(model, trainable.source_format), settings,
+                                     progress)
+            record["density"] = again["density"]
+    record["parameters"] = {"before": int(trainable.model.count_params()),
+                            "after": int(model.count_params())}
+    return Compressed(trainable, model, record)
+
+
+def write_model(compressed: Compressed, fmt: str, workdir: Path) -> bytes:
+    """The compressed model as .keras, .onnx (ONNX sources) or float .tflite bytes."""
+    if fmt == "keras":
+        path = workdir / "compressed.keras"
+        compressed.model.save(path)
+        return path.read_bytes()
+    if fmt == "onnx":
+        if compressed.trainable.source_format != "onnx":
+            raise ConfigError("an .onnx output needs an .onnx input model (edgeopt does not "
+                              "export Keras to ONNX); write .tflite or .keras")
+        from edgeopt.converters.onnx_keras import export_onnx
+
+        return export_onnx(compressed.trainable.imported, compressed.model)
+    if compressed.record["pattern"] != "structured":
+        from edgeopt.compression.tflite_sparse import write_sparse_tflite
+
+        sparse = write_sparse_tflite(compressed.model)
+        compressed.record["tflite"] = {"sparse_format": sparse.sparse_format,
+                                       "dense_bytes": sparse.dense_bytes,
+                                       "sparse_bytes": sparse.sparse_bytes}
+        return sparse.content
+    from edgeopt.converters.tf_source import from_keras, run_converter
+
+    source = from_keras(compressed.model, workdir)
+    return run_converter(source.converter(), "the compressed model")
+
+
+# --- `edgeopt compress` -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CompressResult:
+    output: Path
+    record: dict
+
+
+def output_format(output: str) -> str:
+    fmt = OUTPUT_FORMATS.get(Path(output).suffix.lower())
+    if fmt is None:
+        raise ConfigError(f"-o {output}: the output must end in .keras, .tflite or .onnx")
+    if Path(output).is_dir():
+        raise ConfigError(f"-o {output} is a folder; give a file name")
+    return fmt
+
+
+def _load_data(config: CompressConfig, handle, spec: str | None, role: str):
+    if spec is None:
+        return None
+    from edgeopt.data import Preprocessing, load_dataset
+
+    prep = Preprocessing(mean=config.mean or (0.0,), std=config.std or (255.0,))
+    return load_dataset(spec, handle.inputs, prep, role, config.settings.seed)
+
+
+def _bench_ms(content: bytes, workdir: Path, name: str) -> float:
+    """Median single-thread CPU time of one LiteRT invoke (XNNPACK on, as shipped)."""
+    from edgeopt.devices.runners.host import HostBenchmark, run_host
+
+    path = workdir / name
+    path.write_bytes(content)
+    measured = run_host(HostBenchmark(model=path, runs=30, min_secs=0.5, threads=1,
+                                      clock="cpu"))
+    return float(measured.latency.median)
+
+
+def _measure(handle, compressed: Compressed, content: bytes, workdir: Path,
+             progress: Progress) -> dict:
+    """Size and host latency of the uncompressed and compressed float .tflite."""
+    progress("measuring host latency (LiteRT, XNNPACK) before and after")
+    baseline = write_model(Compressed(compressed.trainable, compressed.trainable.model,
+                                      {"pattern": "structured"}), "tflite", workdir)
+    before, after = _bench_ms(baseline, workdir, "before.tflite"), _bench_ms(
+        content, workdir, "after.tflite")
+    return {"runtime": "ai-edge-litert, XNNPACK, 1 thread, median CPU time per invoke",
+            "before_ms": round(before, 4), "after_ms": round(after, 4),
+            "ratio": round(after / before, 4) if before else None,
+            "before_bytes": len(baseline), "after_bytes": len(content)}
+
+
+def _agreement(handle, compressed: Compressed, data, source: str) -> dict | None:
+    """Top-1 agreement (and accuracy with labels) of the compressed model with the source."""
+    if data is None:
+        return None
+    from edgeopt.validate import compare
+
+    name = _single_input(handle)
+    arrays = data.arrays[name][:256]
+    labels = None if data.labels is None else data.labels[:256]
+    teacher = _teacher(handle, compressed.trainable, name)
+    inputs = compressed.trainable.to_keras_layout(name, arrays).astype("float32")
+    reference = [np.asarray(teacher(inputs))]
+    out = compressed.model(inputs, training=False)
+    out = [np.asarray(out[0] if isinstance(out, list | tuple) else out)]
+    return {**compare(reference, out, labels).to_json(), "data": source}
+
+
+def compress(config: CompressConfig, progress: Progress) -> CompressResult:
+    """Load, compress, (distill), write OUT atomically; raises EdgeoptError for bad input."""
+    from edgeopt.bundle import write_file_atomic
+    from edgeopt.model import load_model, with_input_shapes
+
+    fmt = output_format(config.output)
+    config.settings.check()
+    handle = with_input_shapes(load_model(config.model), config.input_shapes)
+    data = _load_data(config, handle, config.data, "sample")
+    evaluation = _load_data(config, handle, config.eval, "evaluation")
+    with tempfile.TemporaryDirectory(prefix="edgeopt-compress-") as tmp:
+        workdir = Path(tmp)
+        compressed = compress_model(handle, data, config.settings, workdir, progress)
+        progress(f"writing the compressed model as .{fmt}")
+        content = write_model(compressed, fmt, workdir)
+        record = {"source": {"file": handle.path.name, "format": handle.format,
+                             "size_bytes": handle.size_bytes},
+                  "output": {"file": str(config.output), "format": fmt,
+                             "size_bytes": len(content)},
+                  **compressed.record}
+        record["validation"] = (
+            _agreement(handle, compressed, evaluation, str(config.eval)) if evaluation
+            else _agreement(handle, compressed, data, f"{config.data} (the --data samples; "
+                            "give --eval for held-out figures)"))
+        if fmt == "tflite":
+            record["latency"] = _measure(handle, compressed, content, workdir, progress)
+    write_file_atomic(Path(config.output), content)
+    return CompressResult(Path(config.output), record)
+
+
+def render_summary(result: CompressResult) -> str:
+    r = result.record
+    rows = [("output", f"{result.output} ({r['output']['size_bytes'] / 1024:.1f} KiB, "
+                       f"source {r['source']['size_bytes'] / 1024:.1f} KiB)")]
+    if "macs" in r:
+        rows.append(("MACs", f"{r['macs']['before']:,} -> {r['macs']['after']:,} "
+                             f"({r['macs']['after'] / r['macs']['before']:.2f}x)"))
+    else:
+        rows.append(("sparsity", f"{r['sparsity']:.0%} ({r['pattern']}); "
+                                 f"{len(r['density'])} layers sparsified"))
+    rows.append(("parameters", f"{r['parameters']['before']:,} -> {r['parameters']['after']:,}"))
+    if r.get("latency"):
+        lat = r["latency"]
+        rows.append(("host latency", f"{lat['before_ms']:.3f} ms -> {lat['after_ms']:.3f} ms "
+                                     f"({lat['ratio']:.2f}x, {lat['runtime']})"))
+    if r.get("distillation"):
+        d = r["distillation"]
+        last = d["history"][d["best_epoch"]]
+        rows.append(("distillation", f"{d['epochs_run']} epochs, best {d['best_epoch']}: "
+                                     f"held-back agreement {last['agreement']:.3f}"))
+    if r.get("validation"):
+        v = r["validation"]
+        text = f"{v['samples']} samples, top-1 agreement {v['top1_agreement'] or 0:.3f}"
+        if v["metric"] == "top1_accuracy":
+            text += f", accuracy {v['reference']:.4f} -> {v['value']:.4f}"
+        rows.append(("vs source", text))
+    for layer in r.get("layers", []):
+        if layer["before"] != layer["after"]:
+            rows.append((f"  {layer['layer']}", f"{layer['before']} -> {layer['after']} channels"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+@click.command(epilog="\b\nExample:\n  edgeopt compress samples/digits_cnn.keras --prune 0.5 "
+               "--distill --data samples/images -o small.tflite")
+@click.argument("model")
+@click.option("--prune", type=float, default=None, help="Share to remove: of the MACs "
+              "(--structured, default), or of the weights (--unstructured).")
+@click.option("--structured", "pattern", flag_value="structured", default=True,
+              help="Remove whole channels: a smaller, faster model (default).")
+@click.option("--2:4", "pattern", flag_value="2:4", help="Zero two of every four weights.")
+@click.option("--unstructured", "pattern", flag_value="unstructured",
+              help="Zero the smallest weights anywhere.")
+@click.option("--criterion", type=click.Choice(CRITERIA_NAMES), default="l1",
+              help="Channel importance (structured): weight norms, BN scale, or data-driven "
+              "(activation, taylor; these use --data).")
+@click.option("--recipe", default=None, help="A prune recipe .toml: [prune] \"layer regex\" = "
+              "share of channels.")
+@click.option("--channel-multiple", type=int, default=8, show_default=True,
+              help="Pruned layers keep a multiple of this many channels: CPU and NPU kernels "
+              "work in tiles, so 66 channels cost what 80 do.")
+@click.option("--distill", is_flag=True, help="Train the compressed model to match the "
+              "original on --data (labels used when the data has them).")
+@click.option("--data", default=None, help="Sample inputs: an image folder, .npz or .npy.")
+@click.option("--eval", "eval_data", default=None, help="Held-out data to compare the "
+              "compressed model with the original on (default: --data).")
+@click.option("--epochs", type=int, default=20, help="Distillation epochs at most (early "
+              "stopping on a held-back fifth).")
+@click.option("--mean", default=None, help="Image normalisation mean on 0..255 pixels.")
+@click.option("--std", default=None, help="Image normalisation std on 0..255 pixels.")
+@click.option("--input-shape", "input_shapes", multiple=True, help="Fix an input's dynamic "
+              "dimensions, e.g. x:1,3,48,192.")
+@click.option("-o", "--output", required=True, help="The model to write: .keras, .tflite or "
+              ".onnx (ONNX inputs).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def compress_command(model, prune, pattern, criterion, recipe, channel_multiple, distill, data,
+                     eval_data, epochs, mean, std, input_shapes, output, as_json):
+    """Prune (remove channels) or sparsify MODEL, and distill it back from the original."""
+    from edgeopt.cli import emit_json, step_progress
+    from edgeopt.options import comma_floats
+    from edgeopt.quiet import library_output_to_log
+
+    settings = CompressSettings(prune=prune, pattern=pattern, criterion=criterion,
+                                recipe=recipe, distill=distill, epochs=epochs,
+                                channel_multiple=channel_multiple)
+    settings.check()
+    output_format(output)
+    config = CompressConfig(model, output, settings, data, comma_floats(mean), comma_floats(std),
+                            tuple(input_shapes), eval_data)
+    with library_output_to_log(), step_progress(as_json) as progress:
+        result = compress(config, progress)
+    if as_json:
+        emit_json({"output": str(result.output), **result.record})
+    else:
+        click.echo(render_summary(result))

@@ -1,0 +1,114 @@
+"""The table `edgeopt build` prints at the end: what was built, how good, how fast, where.
+
+Plain text in a pipe; on a terminal the labels are bold, the accuracy change green or red
+and the notes yellow (edgeopt.terminal decides, NO_COLOR turns it off).
+"""
+
+from __future__ import annotations
+
+from edgeopt.terminal import paint, table
+
+
+def size_text(n) -> str:
+    if n is None:
+        return "—"
+    return f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.2f} MiB"
+
+
+def placement_text(m: dict) -> str:
+    placement = m.get("placement")
+    if placement is None:
+        return m.get("placement_note", "—")
+    total = placement["delegated_ops"] + placement["cpu_ops"]
+    share = placement["delegated_ops"] / total if total else 0.0
+    text = (f"{share:.0%} of ops on {placement['delegate']} ({placement['delegated_ops']}/"
+            f"{total}), {len(placement['partitions'])} partition(s)")
+    if m.get("compiled"):
+        text += f"; compiled: {m['compiled']['file']}"
+    return text
+
+
+def _size_row(m: dict) -> str:
+    sizes = m["sizes"]
+    float_bytes = sizes.get("float_tflite_bytes")
+    size = f"{size_text(sizes['source_bytes'])} {m['source']['format']}"
+    if float_bytes:
+        size += f", {size_text(float_bytes)} float .tflite"
+    base = float_bytes or sizes["source_bytes"]
+    return size + (f" -> {size_text(sizes['artifact_bytes'])} "
+                   f"({sizes['artifact_bytes'] / base:.2f}x the "
+                   f"{'float .tflite' if float_bytes else 'source'})")
+
+
+def _fmt(value) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def _accuracy_row(acc: dict, colour: bool) -> str:
+    delta = acc["delta"]
+    shade = "" if delta is None else ("green" if delta >= 0 else "red")
+    return (f"float {_fmt(acc['reference'])} -> {_fmt(acc['value'])} "
+            f"(delta {paint(_fmt(delta), shade, colour)})")
+
+
+def _estimate_row(m: dict) -> str:
+    if not m.get("estimate"):
+        return m.get("estimate_note", "—")
+    return (f"{m['estimate']['latency_ms']:.3g} ms, {m['estimate']['energy_mj']:.3g} mJ "
+            "per inference (from the device profile)")
+
+
+def _compression_rows(m: dict) -> list[tuple[str, str]]:
+    record = m.get("compression")
+    if not record:
+        return []
+    macs = record["macs"]
+    text = (f"{macs['after'] / macs['before']:.2f}x the MACs ({record['criterion']} channel "
+            f"pruning), {record['parameters']['before']:,} -> "
+            f"{record['parameters']['after']:,} parameters")
+    distillation = record.get("distillation")
+    if distillation:
+        text += (f"; distilled {distillation['epochs_run']} epochs "
+                 f"({'with' if distillation['labels'] else 'without'} labels)")
+    return [("pruned", text)]
+
+
+def build_summary(result, colour: bool = False) -> str:
+    """The key/value table (and the device comparison) for a finished build."""
+    m = result.manifest
+    acc = m["accuracy"]
+    rows = [
+        ("bundle", f"{result.output}/  ({m['model']['file']}, manifest.json, report.html, "
+                   "edgeopt.toml)"),
+        ("device", f"{m['device']['name']} ({m['device']['kind']}, {m['device']['delegate']})"),
+        ("scheme", f"{m['recipe']['scheme']}: {m['recipe']['method']}"),
+        *_compression_rows(m),
+        ("size", _size_row(m)),
+        (acc["metric"], _accuracy_row(acc, colour)),
+        ("validated", f"{m['validation']['samples']} samples, {m['validation']['runtime']}"),
+        ("placement", placement_text(m)),
+        ("estimate", _estimate_row(m)),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{paint(k.ljust(width), 'bold', colour)}  {v}" for k, v in rows]
+    lines += [f"{paint('note'.ljust(width), 'yellow', colour)}  {n}" for n in m["notes"]]
+    if m.get("comparison"):
+        lines += ["", comparison_table(m["comparison"], colour)]
+    return "\n".join(lines)
+
+
+def comparison_table(rows: list[dict], colour: bool = False) -> str:
+    """One line per device for the same artifact; * marks the device it was built for."""
+    body = []
+    for r in rows:
+        name = r["device"] + (" *" if r["primary"] else "")
+        if r["latency_ms"] is None:
+            body.append((name, "—", "—", "—", r["note"] or ""))
+            continue
+        total = r["delegated_ops"] + r["cpu_ops"]
+        body.append((name, f"{r['latency_ms']:.3g}", f"{r['energy_mj']:.3g}",
+                     f"{r['delegated_ops']}/{total} on {r['delegate']}",
+                     f"{r['partitions']} partition(s)"))
+    title = "this artifact on each device (estimates; * built for)"
+    return paint(title, "bold", colour) + "\n" + table(
+        ("device", "ms", "mJ", "ops on delegate", ""), body, colour, indent="  ")

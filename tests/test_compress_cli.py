@@ -1,0 +1,176 @@
+"""`edgeopt compress` and `edgeopt build --prune`: real pruning, conversion, runtimes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLES, assert_user_error
+
+KERAS = SAMPLES / "digits_cnn.keras"
+ONNX = SAMPLES / "digits_cnn.onnx"
+CALIB = SAMPLES / "digits_calib.npz"
+EVAL = SAMPLES / "digits_eval.npz"
+
+
+def _json(result) -> dict:
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_structured_pruning_halves_the_macs_and_writes_a_faster_tflite(run_cli, tmp_path):
+    from edgeopt.runtime import TFLiteRunner
+
+    out = tmp_path / "small.tflite"
+    record = _json(run_cli("compress", KERAS, "--prune", "0.5", "--data", CALIB, "--eval", EVAL,
+                           "-o", out, "--json"))
+    assert record["macs"]["after"] <= 0.55 * record["macs"]["before"]
+    assert record["parameters"]["after"] < record["parameters"]["before"]
+    changed = [layer for layer in record["layers"] if layer["after"] < layer["before"]]
+    assert changed, record["layers"]
+    latency = record["latency"]
+    assert latency["after_bytes"] == out.stat().st_size < latency["before_bytes"]
+    assert latency["before_ms"] > 0 and latency["after_ms"] > 0
+    data = np.load(EVAL)
+    outputs = TFLiteRunner(out, ["image"]).run({"image": data["image"][:8]})[0]
+    assert outputs.shape == (8, 10)
+    validation = record["validation"]  # against the source on --eval, with its labels
+    assert validation["samples"] == 256 and validation["data"] == str(EVAL)
+    assert 0 <= validation["top1_agreement"] <= 1 and validation["reference"] > 0.9
+
+
+def test_onnx_comes_back_as_onnx_with_its_node_names(run_cli, tmp_path):
+    import onnx
+
+    from edgeopt.runtime import OnnxRunner
+
+    out = tmp_path / "small.onnx"
+    record = _json(run_cli("compress", ONNX, "--prune", "0.5", "-o", out, "--json"))
+    source, small = onnx.load(str(ONNX)), onnx.load(str(out))
+    assert [n.name for n in small.graph.node] == [n.name for n in source.graph.node]
+    assert record["output"]["size_bytes"] == out.stat().st_size < ONNX.stat().st_size
+    assert "latency" not in record  # measured for .tflite outputs only
+    x = np.load(EVAL)["image"][:4].transpose(0, 3, 1, 2)
+    assert OnnxRunner(out).run({source.graph.input[0].name: x})[0].shape == (4, 10)
+
+
+def test_two_of_four_sparsity_reports_size_and_latency(run_cli, tmp_path):
+    out = tmp_path / "sparse.tflite"
+    record = _json(run_cli("compress", KERAS, "--2:4", "-o", out, "--json"))
+    assert record["pattern"] == "2:4" and record["sparsity"] == 0.5
+    assert all(d == pytest.approx(0.5) for d in record["density"].values())
+    tfl = record["tflite"]
+    assert out.stat().st_size == min(tfl["dense_bytes"], tfl["sparse_bytes"])
+    assert record["latency"]["after_ms"] > 0  # measured even when it is no faster
+
+
+def test_label_free_distillation_records_the_accuracy_curve(run_cli, tmp_path):
+    out = tmp_path / "small.keras"
+    record = _json(run_cli("compress", KERAS, "--prune", "0.5", "--distill", "--data", CALIB,
+                           "--epochs", "3", "-o", out, "--json"))
+    distillation = record["distillation"]
+    assert distillation["labels"] is False and distillation["samples"] == 200
+    assert [h["epoch"] for h in distillation["history"]][0] == 0
+    assert 2 <= len(distillation["history"]) <= 4
+    assert all(0 <= h["agreement"] <= 1 for h in distillation["history"])
+    from edgeopt.model import load_keras
+
+    assert load_keras(out).count_params() == record["parameters"]["after"]
+
+
+def test_build_prunes_before_quantizing_and_reports_it(run_cli, tmp_path):
+    manifest = _json(run_cli("build", KERAS, "--calib", CALIB, "--eval", EVAL, "--prune", "0.5",
+                             "-o", tmp_path / "dist", "--json"))
+    compression = manifest["compression"]
+    assert compression["macs"]["after"] <= 0.55 * compression["macs"]["before"]
+    assert compression["size_bytes"]["after"] < compression["size_bytes"]["before"]
+    # validated against the unpruned float model: the drop includes what pruning cost
+    assert manifest["accuracy"]["reference"] == pytest.approx(0.9775)
+    assert manifest["validation"]["samples"] == 400
+    from test_build import _validate_schema
+
+    _validate_schema(json.loads((tmp_path / "dist" / "manifest.json").read_text()))
+    report = (tmp_path / "dist" / "report.html").read_text()
+    assert '<section id="compression"' in report
+    assert 'aria-label="channels per layer before and after pruning"' in report
+
+
+def _dense_only(tmp_path):
+    import keras
+
+    inputs = keras.Input((8,), name="x")
+    model = keras.Model(inputs, keras.layers.Dense(3)(inputs))
+    path = tmp_path / "dense.keras"
+    model.save(path)
+    return path
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--prune", "0"], "between 0 and 1"),
+    (["--prune", "1.5"], "between 0 and 1"),
+    (["--prune", "-0.2"], "between 0 and 1"),
+    ([], "nothing to compress"),
+    (["--2:4", "--prune", "0.7"], "exactly half"),
+    (["--prune", "0.5", "--distill"], "--distill needs sample inputs"),
+    (["--prune", "0.5", "--epochs", "0"], "--epochs"),
+])
+def test_bad_options_are_one_line_errors(run_cli, tmp_path, args, fragment):
+    out = tmp_path / "out.tflite"
+    assert_user_error(run_cli("compress", KERAS, *args, "-o", out), fragment)
+    assert not out.exists()
+
+
+def test_bad_outputs_and_inputs(run_cli, tmp_path, tiny_float_tflite):
+    assert_user_error(run_cli("compress", KERAS, "--prune", "0.5", "-o", tmp_path / "x.txt"),
+                      ".keras, .tflite or .onnx")
+    assert_user_error(run_cli("compress", KERAS, "--prune", "0.5", "-o", tmp_path / "x.onnx"),
+                      "needs an .onnx input")
+    assert_user_error(run_cli("compress", tiny_float_tflite, "--prune", "0.5", "-o",
+                              tmp_path / "x.tflite"), "trainable source")
+    assert_user_error(run_cli("compress", _dense_only(tmp_path), "--prune", "0.5", "-o",
+                              tmp_path / "x.tflite"), "no prunable layer")
+    assert not list(tmp_path.glob("x.*"))
+
+
+def test_data_of_the_wrong_shape(run_cli, tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, image=np.zeros((10, 12, 12, 3), "float32"))
+    out = tmp_path / "out.keras"
+    result = run_cli("compress", KERAS, "--prune", "0.5", "--distill", "--data", bad, "-o", out)
+    assert_user_error(result, "shape")
+    assert not out.exists()
+
+
+def test_bad_prune_recipe(run_cli, tmp_path):
+    recipe = tmp_path / "r.toml"
+    for text, fragment in [("[prune]\n'conv.*' = 1.5\n", "ratios are numbers in [0, 1)"),
+                           ("[other]\n", "needs a [prune] table"),
+                           ("[prune]\n'(' = 0.5\n", "not a regex"),
+                           ("not toml [", "not readable TOML")]:
+        recipe.write_text(text)
+        assert_user_error(run_cli("compress", KERAS, "--recipe", recipe, "-o",
+                                  tmp_path / "o.keras"), fragment)
+
+
+def test_recipe_sets_channel_ratios_per_layer(run_cli, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[prune]\n'conv2' = 0.5\n")
+    record = _json(run_cli("compress", KERAS, "--recipe", recipe, "-o", tmp_path / "o.keras",
+                           "--json"))
+    layers = {layer["layer"]: layer for layer in record["layers"]}
+    assert layers["conv2"]["after"] == layers["conv2"]["before"] // 2
+    assert all(v["after"] == v["before"] for k, v in layers.items() if k != "conv2"), layers
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--distill"], "--distill trains a pruned model"),
+    (["--prune", "1"], "between 0 and 1"),
+    (["--prune", "0.5", "--distill-epochs", "0"], "--epochs must be at least 1"),
+])
+def test_build_compression_options_are_checked_before_loading(run_cli, tmp_path, args,
+                                                              fragment):
+    out = tmp_path / "dist"
+    assert_user_error(run_cli("build", KERAS, "--calib", CALIB, "-o", out, *args), fragment)
+    assert not out.exists()

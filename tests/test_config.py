@@ -1,0 +1,164 @@
+"""Config files: ./edgeopt.toml or --config supply every command's defaults, flags win,
+paths are relative to the file, bad keys name the key and the file, --dry-run says where
+each value came from."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLES, assert_user_error
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """A working folder with a model and data one level down, and no config yet."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "net.onnx").write_bytes(b"not read by --dry-run")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _dry_run(run_cli, *args) -> dict:
+    result = run_cli(*args, "--dry-run", "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_edgeopt_toml_in_the_working_folder_supplies_build_defaults(run_cli, project):
+    (project / "edgeopt.toml").write_text(
+        '[build]\nmodel = "models/net.onnx"\ndevice = "coral-usb"\ncalib = "random"\n'
+        "mean = 127.5\nstd = [127.5]\naccuracy-budget = 1.5\n")
+    config = _dry_run(run_cli, "build", "--device", "pixel-npu")
+    assert config["model"] == str(project / "models" / "net.onnx")
+    assert config["device"] == "pixel-npu" and config["calib"] == "random"
+    assert config["mean"] == [127.5] and config["accuracy_budget"] == 1.5
+    sources = config["sources"]
+    file = str(project / "edgeopt.toml")
+    assert sources["device"] == "command line" and sources["model"] == file
+    assert sources["accuracy_budget"] == file and sources["seed"] == "default"
+    assert config["config_file"] == file
+
+
+def test_config_flag_replaces_the_local_file_and_paths_follow_the_file(run_cli, project):
+    (project / "edgeopt.toml").write_text('model = "models/net.onnx"\ndevice = "coral-usb"\n')
+    other = project / "conf" / "ci.toml"
+    other.parent.mkdir()
+    other.write_text('[build]\nmodel = "../models/net.onnx"\noutput = "../out"\n'
+                     'device = "profiles/board.toml"\nrecipe = "w8a8"\n')
+    for args in (("build", "--config", other), ("--config", other, "build")):
+        config = _dry_run(run_cli, *args)
+        assert config["model"] == str(project / "models" / "net.onnx")
+        assert config["output"] == str(project / "out")
+        assert config["device"] == str(other.parent / "profiles" / "board.toml")
+        assert config["recipe"] == "w8a8"  # a built-in name, not a path
+
+
+def test_text_dry_run_is_toml_with_the_source_of_each_value(run_cli, project):
+    (project / "edgeopt.toml").write_text('[build]\nmodel = "models/net.onnx"\nseed = 3\n')
+    result = run_cli("build", "--device", "pixel-npu,all", "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert f"# config file: {project / 'edgeopt.toml'}" in lines
+    assert any(ln.startswith("# builds for pixel-npu; also estimates on: coral-devboard")
+               for ln in lines)
+    assert 'model = "models/net.onnx"  # ' + str(project / "edgeopt.toml") in lines
+    assert 'device = "pixel-npu,all"  # command line' in lines
+    assert 'format = "tflite"  # default' in lines
+    assert tomllib.loads(result.stdout)["build"]["seed"] == 3
+
+
+def test_a_bundle_config_rebuilds_from_any_folder(project, monkeypatch):
+    from edgeopt.config import BuildConfig, read_config_file
+
+    config = BuildConfig(model=str(SAMPLES / "digits_cnn.onnx"), device="pixel-npu",
+                         output=str(project / "dist"), calib=str(SAMPLES / "digits_calib.npz"),
+                         mean=(0.5,), input_shapes=("image:1,1,32,32",))
+    file = project / "dist" / "edgeopt.toml"
+    file.parent.mkdir()
+    file.write_text(config.to_toml(file.parent))
+    monkeypatch.chdir(SAMPLES)
+    values = read_config_file(file)
+    assert BuildConfig(**values) == config
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('[build]\nmodel = "m.onnx"\nbogus = 1\n', "unknown key 'bogus' in [build]"),
+    ('[build]\nmodel = "m.onnx"\nseed = "three"\n', "key 'seed' must be an integer"),
+    ('[build]\nmodel = "m.onnx"\nmean = ["a"]\n', "key 'mean' must be a number or a list"),
+    ('[bench]\nrunz = 3\n', "unknown key 'runz' in [bench]"),
+    ('[bench]\nruns = "many"\n', "[bench] runs"),
+    ('[devices.calibrate]\nnope = 1\n', "unknown key 'nope' in [devices.calibrate]"),
+    ('[teleport]\nx = 1\n', "unknown table [teleport]"),
+    ("[build\n", "cannot read config file"),
+])
+def test_bad_config_files_name_the_key_and_the_file(run_cli, project, text, fragment):
+    (project / "edgeopt.toml").write_text(text)
+    result = run_cli("build", "--dry-run")
+    assert_user_error(result, fragment)
+    assert "edgeopt.toml" in result.stderr
+
+
+def test_other_commands_take_their_table_as_defaults(run_cli, project):
+    recipes = project / "conf" / "recipes"
+    recipes.mkdir(parents=True)
+    recipe = (SAMPLES.parent / "calibration" / "recipes" / "w4-dense-block32.toml").read_text()
+    (recipes / "mine.toml").write_text(recipe.replace('"w4-dense-block32"', '"mine"'))
+    (project / "conf" / "edgeopt.toml").write_text(
+        '[quantize]\ncalib = "data.npz"\noutput = "q.onnx"\nmethod = "mse"\n'
+        'recipe = "recipes/mine.toml"\n')
+    args = ("--config", project / "conf" / "edgeopt.toml", "quantize", "models/net.onnx")
+    config = _dry_run(run_cli, *args)  # --calib and -o are required: the file gave them
+    assert config["method"] == "mse" and config["recipe"] == "mine"
+    assert config["scheme"] == "w4afp32"
+    assert _dry_run(run_cli, *args, "--method", "percentile")["method"] == "percentile"
+
+
+def test_device_lists(project):
+    from edgeopt.config import device_names, primary_device
+    from edgeopt.devices.profile import profile_names
+
+    assert device_names("pixel-npu") == ("pixel-npu",)
+    assert device_names("coral-usb, pixel-npu") == ("coral-usb", "pixel-npu")
+    everything = device_names("all")
+    assert everything[0] == "host-cpu" and set(everything) == set(profile_names())
+    assert device_names("pixel-npu,all")[0] == "pixel-npu" and len(everything) == len(
+        device_names("pixel-npu,all"))
+    assert primary_device("all,rpi5-cpu") == "rpi5-cpu"
+
+
+def test_unknown_devices_in_a_list_fail_before_the_build(run_cli, project):
+    assert_user_error(run_cli("build", "models/net.onnx", "--device", "pixel-npu,toaster",
+                              "--calib", "random"), "unknown device 'toaster'")
+    assert_user_error(run_cli("build", "models/net.onnx", "--device", "all", "--format", "onnx",
+                              "--calib", "random"), "--format tflite")
+
+
+def _complete(words: str) -> list[str]:
+    env = {**os.environ, "_EDGEOPT_COMPLETE": "bash_complete", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    out = subprocess.run([sys.executable, "-m", "edgeopt.cli"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    return [line.split(",", 1)[1] for line in out.stdout.splitlines() if "," in line]
+
+
+def test_completion_offers_device_names():
+    assert {"pixel-npu", "pixel-gpu", "pixel-cpu"} <= set(_complete("edgeopt build m --device pix"))
+    assert "pixel-npu,coral-usb" in _complete("edgeopt inspect m -d pixel-npu,cor")
+    assert "all" in _complete("edgeopt build m --device ")
+
+
+def test_bench_runs_with_the_file_defaults(run_cli, project, tiny_float_tflite):
+    (project / "edgeopt.toml").write_text(
+        "[bench]\nruns = 7\nmin-secs = 0\nwarmup = 1\nno-power = true\n")
+    result = run_cli("bench", tiny_float_tflite, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["runs"] == 7
+    result = run_cli("bench", tiny_float_tflite, "--runs", "3", "--json")
+    assert json.loads(result.stdout)["runs"] == 3
