@@ -26,6 +26,7 @@ from edgeopt.errors import ConfigError, DataError
 PATTERNS = ("structured", "2:4", "unstructured")
 OUTPUT_FORMATS = {".keras": "keras", ".tflite": "tflite", ".onnx": "onnx"}
 CRITERIA_NAMES = ("l1", "l2", "bn_scale", "activation", "taylor")
+VALIDATION_SAMPLES = 2048  # compared with the source on at most this many samples
 Progress = Callable[[str], None]
 
 
@@ -40,9 +41,17 @@ class CompressSettings:
     distill: bool = False
     epochs: int = 20
     channel_multiple: int = 8  # pruned layers keep whole CPU/NPU channel tiles (see README)
+    student: str | None = None  # a smaller Keras model to distill into, instead of pruning
     seed: int = 0
 
     def check(self) -> None:
+        if self.student is not None:
+            if self.prune is not None or self.recipe is not None or self.pattern != "structured":
+                raise ConfigError("--student distills into your own smaller model: leave out "
+                                  "--prune, --recipe, --2:4 and --unstructured")
+            if self.epochs < 1:
+                raise ConfigError(f"--epochs must be at least 1, got {self.epochs}")
+            return
         if self.pattern not in PATTERNS:
             raise ConfigError(f"unknown pruning pattern '{self.pattern}' "
                               f"(choose from {', '.join(PATTERNS)})")
@@ -252,10 +261,50 @@ class _EpochBar:
                       f"{record['val_loss']:.4f} ({int(record['epoch'])}/{self.total})")
 
 
+def _student(handle, settings: CompressSettings) -> Trainable:
+    """The user's Keras student, fed samples in its own layout (the teacher may be NCHW)."""
+    from edgeopt.compression.teacher import input_permutation
+    from edgeopt.model import load_keras, load_model
+
+    student_handle = load_model(settings.student)
+    if student_handle.format != "keras":
+        raise ConfigError(f"--student must be a .keras model (it is trained), not a "
+                          f"{student_handle.format} file: {student_handle.path.name}")
+    model = load_keras(student_handle.path)
+    name = _single_input(handle)
+    if len(model.inputs) != 1:
+        raise ConfigError(f"--student {student_handle.path.name} has {len(model.inputs)} "
+                          "inputs; the teacher has one")
+    perm = input_permutation(tuple(model.inputs[0].shape), handle.inputs[0].shape)
+    perms = {name: tuple(int(i) for i in np.argsort(perm))} if perm else {}
+    return Trainable(model, "keras", input_perms=perms)
+
+
+def _distill_student(handle, data, settings: CompressSettings,
+                     progress: Progress) -> Compressed:
+    if data is None:
+        raise DataError("--student needs sample inputs to distill on: give --data (an image "
+                        "folder, .npz or .npy; labels optional)")
+    progress(f"reading the student {Path(settings.student).name}")
+    trainable = _student(handle, settings)
+    before = None
+    if handle.format == "keras":
+        from edgeopt.model import load_keras
+
+        before = int(load_keras(handle.path).count_params())
+    record = {"pattern": "student", "student": Path(settings.student).name,
+              "distillation": _distill(handle, trainable, trainable.model, data, settings,
+                                       progress)}
+    record["parameters"] = {"before": before, "after": int(trainable.model.count_params())}
+    return Compressed(trainable, trainable.model, record)
+
+
 def compress_model(handle, data, settings: CompressSettings, workdir: Path,
                    progress: Progress) -> Compressed:
     """Prune or sparsify ``handle``'s model, then distill from the original when asked."""
     settings.check()
+    if settings.student is not None:
+        return _distill_student(handle, data, settings, progress)
     if settings.distill and data is None:
         raise DataError("--distill needs sample inputs: give --data (an image folder, .npz "
                         "or .npy; labels optional)")
@@ -294,7 +343,7 @@ def write_model(compressed: Compressed, fmt: str, workdir: Path) -> bytes:
         from edgeopt.converters.onnx_keras import export_onnx
 
         return export_onnx(compressed.trainable.imported, compressed.model)
-    if compressed.record["pattern"] != "structured":
+    if compressed.record["pattern"] in ("2:4", "unstructured"):
         from edgeopt.compression.tflite_sparse import write_sparse_tflite
 
         sparse = write_sparse_tflite(compressed.model)
@@ -345,12 +394,33 @@ def _bench_ms(content: bytes, workdir: Path, name: str) -> float:
     return float(measured.latency.median)
 
 
+def _baseline_tflite(handle, compressed: Compressed, workdir: Path) -> bytes | None:
+    """The uncompressed model as a float .tflite, to time against (None: not at hand)."""
+    if compressed.record["pattern"] != "student":
+        return write_model(Compressed(compressed.trainable, compressed.trainable.model,
+                                      {"pattern": "structured"}), "tflite", workdir)
+    if handle.format == "tflite":
+        return handle.path.read_bytes()
+    if handle.format == "keras":
+        from edgeopt.converters.tf_source import from_keras, run_converter
+        from edgeopt.model import load_keras
+
+        return run_converter(from_keras(load_keras(handle.path), workdir).converter(),
+                             "the teacher")
+    return None
+
+
 def _measure(handle, compressed: Compressed, content: bytes, workdir: Path,
              progress: Progress) -> dict:
     """Size and host latency of the uncompressed and compressed float .tflite."""
     progress("measuring host latency (LiteRT, XNNPACK) before and after")
-    baseline = write_model(Compressed(compressed.trainable, compressed.trainable.model,
-                                      {"pattern": "structured"}), "tflite", workdir)
+    baseline = _baseline_tflite(handle, compressed, workdir)
+    if baseline is None:
+        after = _bench_ms(content, workdir, "after.tflite")
+        return {"runtime": "ai-edge-litert, XNNPACK, 1 thread, median CPU time per invoke",
+                "before_ms": None, "after_ms": round(after, 4), "ratio": None,
+                "before_bytes": None, "after_bytes": len(content),
+                "note": f"the {handle.format} teacher is not timed in LiteRT"}
     before, after = _bench_ms(baseline, workdir, "before.tflite"), _bench_ms(
         content, workdir, "after.tflite")
     return {"runtime": "ai-edge-litert, XNNPACK, 1 thread, median CPU time per invoke",
@@ -366,8 +436,8 @@ def _agreement(handle, compressed: Compressed, data, source: str) -> dict | None
     from edgeopt.validate import compare
 
     name = _single_input(handle)
-    arrays = data.arrays[name][:256]
-    labels = None if data.labels is None else data.labels[:256]
+    arrays = data.arrays[name][:VALIDATION_SAMPLES]
+    labels = None if data.labels is None else data.labels[:VALIDATION_SAMPLES]
     teacher = _teacher(handle, compressed.trainable, name)
     inputs = compressed.trainable.to_keras_layout(name, arrays).astype("float32")
     reference = [np.asarray(teacher(inputs))]
@@ -410,14 +480,21 @@ def render_summary(result: CompressResult) -> str:
     r = result.record
     rows = [("output", f"{result.output} ({r['output']['size_bytes'] / 1024:.1f} KiB, "
                        f"source {r['source']['size_bytes'] / 1024:.1f} KiB)")]
-    if "macs" in r:
+    if r["pattern"] == "student":
+        rows.append(("student", f"{r['student']}, distilled from the source"))
+    elif "macs" in r:
         rows.append(("MACs", f"{r['macs']['before']:,} -> {r['macs']['after']:,} "
                              f"({r['macs']['after'] / r['macs']['before']:.2f}x)"))
     else:
         rows.append(("sparsity", f"{r['sparsity']:.0%} ({r['pattern']}); "
                                  f"{len(r['density'])} layers sparsified"))
-    rows.append(("parameters", f"{r['parameters']['before']:,} -> {r['parameters']['after']:,}"))
-    if r.get("latency"):
+    if r["pattern"] != "student":
+        rows.append(("parameters",
+                     f"{r['parameters']['before']:,} -> {r['parameters']['after']:,}"))
+    if r.get("latency") and r["latency"]["before_ms"] is None:
+        lat = r["latency"]
+        rows.append(("host latency", f"{lat['after_ms']:.3f} ms ({lat['note']})"))
+    elif r.get("latency"):
         lat = r["latency"]
         rows.append(("host latency", f"{lat['before_ms']:.3f} ms -> {lat['after_ms']:.3f} ms "
                                      f"({lat['ratio']:.2f}x, {lat['runtime']})"))
@@ -457,6 +534,8 @@ def render_summary(result: CompressResult) -> str:
 @click.option("--channel-multiple", type=int, default=8, show_default=True,
               help="Pruned layers keep a multiple of this many channels: CPU and NPU kernels "
               "work in tiles, so 66 channels cost what 80 do.")
+@click.option("--student", default=None, help="Distill into this smaller .keras model "
+              "instead of pruning (the teacher, MODEL, may be any format).")
 @click.option("--distill", is_flag=True, help="Train the compressed model to match the "
               "original on --data (labels used when the data has them).")
 @click.option("--data", default=None, help="Sample inputs: an image folder, .npz or .npy.")
@@ -471,16 +550,18 @@ def render_summary(result: CompressResult) -> str:
 @click.option("-o", "--output", required=True, help="The model to write: .keras, .tflite or "
               ".onnx (ONNX inputs).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def compress_command(model, prune, pattern, criterion, recipe, channel_multiple, distill, data,
-                     eval_data, epochs, mean, std, input_shapes, output, as_json):
+def compress_command(model, prune, pattern, criterion, recipe, channel_multiple, student,
+                     distill, data, eval_data, epochs, mean, std, input_shapes, output,
+                     as_json):
     """Prune (remove channels) or sparsify MODEL, and distill it back from the original."""
     from edgeopt.cli import emit_json, step_progress
     from edgeopt.options import comma_floats
     from edgeopt.quiet import library_output_to_log
 
     settings = CompressSettings(prune=prune, pattern=pattern, criterion=criterion,
-                                recipe=recipe, distill=distill, epochs=epochs,
-                                channel_multiple=channel_multiple)
+                                recipe=recipe, distill=distill or student is not None,
+                                epochs=epochs, channel_multiple=channel_multiple,
+                                student=student)
     settings.check()
     output_format(output)
     config = CompressConfig(model, output, settings, data, comma_floats(mean), comma_floats(std),

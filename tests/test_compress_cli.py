@@ -37,7 +37,7 @@ def test_structured_pruning_halves_the_macs_and_writes_a_faster_tflite(run_cli, 
     outputs = TFLiteRunner(out, ["image"]).run({"image": data["image"][:8]})[0]
     assert outputs.shape == (8, 10)
     validation = record["validation"]  # against the source on --eval, with its labels
-    assert validation["samples"] == 256 and validation["data"] == str(EVAL)
+    assert validation["samples"] == 400 and validation["data"] == str(EVAL)
     assert 0 <= validation["top1_agreement"] <= 1 and validation["reference"] > 0.9
 
 
@@ -173,4 +173,38 @@ def test_build_compression_options_are_checked_before_loading(run_cli, tmp_path,
                                                               fragment):
     out = tmp_path / "dist"
     assert_user_error(run_cli("build", KERAS, "--calib", CALIB, "-o", out, *args), fragment)
+    assert not out.exists()
+
+
+def _student(tmp_path, classes: int = 10):
+    import keras
+
+    inputs = keras.Input((32, 32, 1), name="image")
+    x = keras.layers.Conv2D(8, 3, activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    path = tmp_path / f"student{classes}.keras"
+    keras.Model(inputs, keras.layers.Dense(classes)(x)).save(path)
+    return path
+
+
+def test_a_user_given_student_learns_from_an_onnx_teacher(run_cli, tmp_path):
+    out = tmp_path / "student_out.keras"
+    record = _json(run_cli("compress", ONNX, "--student", _student(tmp_path), "--data", CALIB,
+                           "--eval", EVAL, "--epochs", "2", "-o", out, "--json"))
+    assert record["pattern"] == "student" and record["student"] == "student10.keras"
+    history = record["distillation"]["history"]
+    assert len(history) == 3 and record["validation"]["samples"] == 400
+    assert out.is_file()
+
+
+def test_student_errors(run_cli, tmp_path, tiny_float_tflite):
+    out = tmp_path / "o.keras"
+    assert_user_error(run_cli("compress", ONNX, "--student", _student(tmp_path, 7), "--data",
+                              CALIB, "-o", out), "do not match the teacher's")
+    assert_user_error(run_cli("compress", ONNX, "--student", tiny_float_tflite, "--data", CALIB,
+                              "-o", out), "must be a .keras model")
+    assert_user_error(run_cli("compress", ONNX, "--student", _student(tmp_path), "--prune",
+                              "0.5", "-o", out), "leave out --prune")
+    assert_user_error(run_cli("compress", ONNX, "--student", _student(tmp_path), "-o", out),
+                      "needs sample inputs")
     assert not out.exists()
