@@ -69,9 +69,13 @@ def load_estimate_model(path: str | Path, device_precision: str,
 
 def _convert(path: Path) -> bytes:
     from edgeopt.converters.float_tflite import to_float_tflite
+    from edgeopt.data import load_dataset
     from edgeopt.model import load_model
     from edgeopt.quiet import library_output_to_log
 
+    handle = load_model(path)
+    # onnx2tf checks its conversion on sample images; the estimate needs no real ones
+    samples = load_dataset("random", handle.inputs).arrays
     with tempfile.TemporaryDirectory(prefix="edgeopt-estimate-") as workdir, \
             library_output_to_log():
-        return to_float_tflite(load_model(path), Path(workdir)).tflite
+        return to_float_tflite(handle, Path(workdir), samples).tflite

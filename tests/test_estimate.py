@@ -183,3 +183,12 @@ def test_keras_model_is_estimated_as_int8_on_an_int8_device(tiny_keras_path):
     record = json.loads(result.output)
     assert any("int8 assumed" in n for n in record["notes"])
     assert record["precision"] == "int8"
+
+
+def test_cli_estimates_an_rgb_onnx_model_offline(tiny_onnx_path, run_cli):
+    """onnx2tf wants sample images for a 3-channel input: the estimate gives it random ones
+    (found by the fuzz suite: every RGB ONNX estimate used to fail)."""
+    result = run_cli("estimate", tiny_onnx_path, "--device", "pixel-npu", "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["latency_ms"] > 0 and record["device"] == "pixel-npu"
