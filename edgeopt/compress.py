@@ -383,15 +383,11 @@ def _load_data(config: CompressConfig, handle, spec: str | None, role: str):
     return load_dataset(spec, handle.inputs, prep, role, config.settings.seed)
 
 
-def _bench_ms(content: bytes, workdir: Path, name: str) -> float:
+def _bench_ms(content: bytes) -> float:
     """Median single-thread CPU time of one LiteRT invoke (XNNPACK on, as shipped)."""
-    from edgeopt.devices.runners.host import HostBenchmark, run_host
+    from edgeopt.compression.measure import MeasureConfig, measure_tflite
 
-    path = workdir / name
-    path.write_bytes(content)
-    measured = run_host(HostBenchmark(model=path, runs=30, min_secs=0.5, threads=1,
-                                      clock="cpu"))
-    return float(measured.latency.median)
+    return float(measure_tflite(content, MeasureConfig(runs=30, min_secs=0.5)).latency.median)
 
 
 def _baseline_tflite(handle, compressed: Compressed, workdir: Path) -> bytes | None:
@@ -416,13 +412,12 @@ def _measure(handle, compressed: Compressed, content: bytes, workdir: Path,
     progress("measuring host latency (LiteRT, XNNPACK) before and after")
     baseline = _baseline_tflite(handle, compressed, workdir)
     if baseline is None:
-        after = _bench_ms(content, workdir, "after.tflite")
+        after = _bench_ms(content)
         return {"runtime": "ai-edge-litert, XNNPACK, 1 thread, median CPU time per invoke",
                 "before_ms": None, "after_ms": round(after, 4), "ratio": None,
                 "before_bytes": None, "after_bytes": len(content),
                 "note": f"the {handle.format} teacher is not timed in LiteRT"}
-    before, after = _bench_ms(baseline, workdir, "before.tflite"), _bench_ms(
-        content, workdir, "after.tflite")
+    before, after = _bench_ms(baseline), _bench_ms(content)
     return {"runtime": "ai-edge-litert, XNNPACK, 1 thread, median CPU time per invoke",
             "before_ms": round(before, 4), "after_ms": round(after, 4),
             "ratio": round(after / before, 4) if before else None,

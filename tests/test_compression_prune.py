@@ -105,19 +105,12 @@ def test_half_macs_removes_channels(kind):
 @pytest.mark.parametrize("kind", list(NETS))
 def test_rebuilt_model_equals_masked_original(kind):
     """Sliced weights compute exactly what the original computes with the channels zeroed."""
-    from edgeopt.compression import PruneConfig, build_channel_graph, prune_structured
-    from edgeopt.compression.rebuild import masked_weights
+    from edgeopt.compression import PruneConfig, prune_structured
 
     model, x = build(kind), samples()
     config = PruneConfig(allocation="uniform", recalibrate_bn=False)
     result = prune_structured(model, 0.4, "l2", x, config)
-    cg = build_channel_graph(model)
-    kept = cg.keep_all()
-    for group in cg.groups:
-        for root, ((name, channel), *_) in zip(group.roots, group.clusters):
-            kept[root] = channel in result.kept_channels[name]
-    for name, weights in masked_weights(cg, kept).items():
-        model.get_layer(name).set_weights(weights)
+    _zero_the_removed_channels(model, result)
     assert np.allclose(_outputs(result.model, x), _outputs(model, x), atol=1e-4)
 
 
@@ -186,8 +179,7 @@ def test_unreachable_target_is_a_clear_error():
 
 def test_keras_mobilenetv2_prunes_and_matches_its_masked_self():
     """Every layer MobileNetV2 uses (ZeroPadding2D, ReLU6, depthwise, residual adds) works."""
-    from edgeopt.compression import PruneConfig, build_channel_graph, count_macs, prune_structured
-    from edgeopt.compression.rebuild import masked_weights
+    from edgeopt.compression import PruneConfig, count_macs, prune_structured
 
     keras.utils.set_random_seed(0)
     model = keras.applications.MobileNetV2((32, 32, 3), alpha=0.35, weights=None, classes=10)
@@ -197,13 +189,7 @@ def test_keras_mobilenetv2_prunes_and_matches_its_masked_self():
     result = prune_structured(model, 0.5, "l2", x, config)
     assert result.macs_after == count_macs(result.model) <= 0.5 * result.macs_before
     assert result.per_layer["block_16_project"][1] < 112  # the residual chains shrink too
-    cg = build_channel_graph(model)
-    kept = cg.keep_all()
-    for group in cg.groups:
-        for root, ((name, channel), *_) in zip(group.roots, group.clusters):
-            kept[root] = channel in result.kept_channels[name]
-    for name, weights in masked_weights(cg, kept).items():
-        model.get_layer(name).set_weights(weights)
+    _zero_the_removed_channels(model, result)
     assert np.allclose(_outputs(result.model, x), _outputs(model, x), atol=1e-5)
 
 
@@ -269,3 +255,17 @@ def test_batchnorm_statistics_are_re_estimated_on_the_samples():
     assert np.allclose(bn.moving_mean, conv_out.mean(axis=0), atol=1e-4)
     assert np.allclose(bn.moving_variance, conv_out.var(axis=0), rtol=1e-3, atol=1e-4)
     assert not prune_structured(model, 0.5, "l1").bn_recalibrated  # no samples: left alone
+
+
+def _zero_the_removed_channels(model, result) -> None:
+    """The original model with the channels pruning removed zeroed in place (masked)."""
+    from edgeopt.compression import build_channel_graph
+    from edgeopt.compression.rebuild import masked_weights
+
+    cg = build_channel_graph(model)
+    kept = cg.keep_all()
+    for group in cg.groups:
+        for root, ((name, channel), *_) in zip(group.roots, group.clusters):
+            kept[root] = channel in result.kept_channels[name]
+    for name, weights in masked_weights(cg, kept).items():
+        model.get_layer(name).set_weights(weights)
