@@ -73,9 +73,13 @@ def _convert(path: Path) -> bytes:
     from edgeopt.model import load_model
     from edgeopt.quiet import library_output_to_log
 
-    handle = load_model(path)
-    # onnx2tf checks its conversion on sample images; the estimate needs no real ones
-    samples = load_dataset("random", handle.inputs).arrays
     with tempfile.TemporaryDirectory(prefix="edgeopt-estimate-") as workdir, \
             library_output_to_log():
+        handle = load_model(path)
+        # onnx2tf checks its conversion on sample images; the estimate needs no real ones
+        samples = load_dataset("random", handle.inputs).arrays
+        if handle.format == "onnx":  # runs once under edgeopt's deadline before onnx2tf
+            from edgeopt.runtime import make_runner, run_dataset  # runs it without one
+
+            run_dataset(make_runner(handle), {k: v[:1] for k, v in samples.items()})
         return to_float_tflite(handle, Path(workdir), samples).tflite
