@@ -107,10 +107,6 @@ class Trainable:
         perm = self.input_perms.get(name)
         return np.ascontiguousarray(array.transpose(perm)) if perm else array
 
-    def to_source_layout(self, name: str, array: np.ndarray) -> np.ndarray:
-        perm = self.input_perms.get(name)
-        return np.ascontiguousarray(array.transpose(np.argsort(perm))) if perm else array
-
 
 @dataclass
 class Compressed:
@@ -176,18 +172,6 @@ def read_prune_recipe(path: str) -> dict[str, float]:
     return {k: float(v) for k, v in rules.items()}
 
 
-def _teacher(handle, trainable: Trainable, name: str) -> Callable[[np.ndarray], np.ndarray]:
-    """The original model in its own runtime, fed batches in the student's layout."""
-    from edgeopt.runtime import make_runner
-
-    runner = make_runner(handle)
-
-    def teach(batch: np.ndarray) -> np.ndarray:
-        return runner.run({name: trainable.to_source_layout(name, np.asarray(batch))})[0]
-
-    return teach
-
-
 def _single_input(handle) -> str:
     if len(handle.inputs) != 1:
         raise ConfigError(f"compression trains on single-input models; {handle.path.name} has "
@@ -241,7 +225,9 @@ def _distill(handle, trainable: Trainable, student: Any, data, settings: Compres
     inputs = trainable.to_keras_layout(name, data.arrays[name]).astype("float32")
     config = DistillConfig(epochs=settings.epochs, seed=settings.seed)
     bar = _EpochBar(settings.epochs, progress)
-    result = distill(_teacher(handle, trainable, name), student, inputs, data.labels, config,
+    from edgeopt.compression.teacher import runtime_teacher
+
+    result = distill(runtime_teacher(handle.path, student), student, inputs, data.labels, config,
                      bar)
     return {"epochs_run": len(result.history) - 1, "best_epoch": result.best_epoch,
             "labels": data.labels is not None, "samples": int(len(inputs)),
@@ -433,7 +419,9 @@ def _agreement(handle, compressed: Compressed, data, source: str) -> dict | None
     name = _single_input(handle)
     arrays = data.arrays[name][:VALIDATION_SAMPLES]
     labels = None if data.labels is None else data.labels[:VALIDATION_SAMPLES]
-    teacher = _teacher(handle, compressed.trainable, name)
+    from edgeopt.compression.teacher import runtime_teacher
+
+    teacher = runtime_teacher(handle.path, compressed.model)
     inputs = compressed.trainable.to_keras_layout(name, arrays).astype("float32")
     reference = [np.asarray(teacher(inputs))]
     out = compressed.model(inputs, training=False)
