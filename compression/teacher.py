@@ -32,7 +32,9 @@ def input_permutation(student_shape: tuple, teacher_shape: tuple) -> tuple[int, 
     if len(student) != len(teacher):
         raise DataError(f"the teacher takes inputs of rank {len(teacher)}, the student of "
                         f"rank {len(student)}")
-    perm = _perm_between(student, teacher)
+    # the teacher's shape may have dynamic (-1) dims: match it as the source, then invert
+    perm = _perm_between(teacher, student)
+    perm = None if perm is None else tuple(int(i) for i in np.argsort(perm))
     if perm is None and any(t > 0 and s > 0 and t != s for s, t in zip(student, teacher)):
         raise DataError(f"the teacher takes inputs of shape {teacher[1:]}, the student "
                         f"{student[1:]}: they cannot learn from the same samples")

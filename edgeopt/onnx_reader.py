@@ -118,11 +118,13 @@ def _value_tensor(value: Any) -> Tensor:
 
 
 def _check_negative_dims(model: Any, label: str) -> None:
-    """ONNX dimensions are sizes: a negative dim_value is corrupt (dynamic ones use dim_param)."""
+    """ONNX dimensions are sizes: below -1 is corrupt. -1 is how exporters such as
+    paddle2onnx write a dynamic dimension (PP-OCR's models do, on IO and value_info alike),
+    and onnxruntime reads it as one."""
     g = model.graph
     for value in (*g.input, *g.output, *g.value_info):
         dims = value.type.tensor_type.shape.dim
-        if any(d.HasField("dim_value") and d.dim_value < 0 for d in dims):
+        if any(d.HasField("dim_value") and d.dim_value < -1 for d in dims):
             shown = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
             raise ModelLoadError(f"{label}: tensor '{value.name}' declares shape {shown}: "
                                  "a dimension is negative")

@@ -208,3 +208,12 @@ def test_student_errors(run_cli, tmp_path, tiny_float_tflite):
     assert_user_error(run_cli("compress", ONNX, "--student", _student(tmp_path), "-o", out),
                       "needs sample inputs")
     assert not out.exists()
+
+
+def test_teacher_with_dynamic_image_dims_takes_student_batches():
+    """An NCHW teacher with dynamic H, W (PP-OCR's) and an NHWC student fixed by
+    --input-shape: the student's batches are transposed, not refused."""
+    from edgeopt.compression.teacher import input_permutation
+
+    assert input_permutation((None, 48, 192, 3), (-1, 3, -1, -1)) == (0, 3, 1, 2)
+    assert input_permutation((None, 32, 32, 1), (-1, 32, 32, 1)) is None

@@ -136,3 +136,19 @@ def test_missing_model(run_cli, tmp_path):
     assert_user_error(run_cli("inspect", tmp_path / "nope.onnx"), "model not found")
     assert_user_error(run_cli("build", tmp_path / "nope.onnx", "--calib", "random",
                               "-o", tmp_path / "o"), "model not found")
+
+
+def test_minus_one_dims_are_dynamic(tmp_path, tiny_onnx_path):
+    """paddle2onnx writes dim_value -1 for a dynamic dim (PP-OCR's models do); -2 is corrupt."""
+    import onnx
+
+    model = onnx.load(str(tiny_onnx_path))
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_value = -1
+    path = tmp_path / "minus_one.onnx"
+    onnx.save(model, str(path))
+    assert load_model(path).inputs[0].shape[0] < 0
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -2
+    onnx.save(model, str(path))
+    with pytest.raises(ModelLoadError, match="negative"):
+        load_model(path)
