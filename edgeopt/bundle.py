@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from edgeopt.errors import DeviceError, EdgeoptError, OutputError, first_line
+from edgeopt.tempfiles import pid_alive
 
 STAGING_MARK = ".edgeopt-staging-"
 BACKUP_SUFFIX = "-old"
@@ -43,16 +44,6 @@ def check_destination(output: Path) -> None:
         raise OutputError(f"cannot write in {parent}")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _owner_pid(name: str, mark: str) -> int | None:
     """The pid written into a staging or temporary name after `mark`, if there is one."""
     try:
@@ -66,7 +57,7 @@ def remove_stale_staging(parent: Path) -> None:
     old bundle whose destination is empty is put back, not deleted."""
     for entry in parent.glob(f".*{STAGING_MARK}*"):
         pid = _owner_pid(entry.name, STAGING_MARK)
-        if pid is None or _pid_alive(pid):
+        if pid is None or pid_alive(pid):
             continue
         destination = parent / entry.name[1:].split(STAGING_MARK, 1)[0]
         if entry.name.endswith(BACKUP_SUFFIX) and not destination.exists():
@@ -182,7 +173,7 @@ TEMP_MARK = ".edgeopt-tmp-"
 def _remove_stale_temp(parent: Path, name: str) -> None:
     for entry in parent.glob(f".{name}{TEMP_MARK}*"):
         pid = _owner_pid(entry.name, TEMP_MARK)
-        if pid is not None and not _pid_alive(pid):
+        if pid is not None and not pid_alive(pid):
             entry.unlink(missing_ok=True)
 
 

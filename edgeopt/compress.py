@@ -96,12 +96,11 @@ class Trainable:
     imported: Any = None  # converters.onnx_keras.Imported for ONNX sources
     input_perms: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
-    def source_name(self, layer: str) -> str:
-        """The ONNX node a Keras layer was imported from (the layer's own name for Keras)."""
+    def source_names(self) -> dict[str, str]:
+        """Keras layer -> the ONNX node it was imported from (empty for Keras sources)."""
         if self.imported is None:
-            return layer
-        nodes = {v: k for k, v in self.imported.layers.items()}
-        return nodes.get(layer, layer)
+            return {}
+        return {layer: node for node, layer in self.imported.layers.items()}
 
     def to_keras_layout(self, name: str, array: np.ndarray) -> np.ndarray:
         perm = self.input_perms.get(name)
@@ -191,12 +190,13 @@ def _prune(trainable: Trainable, settings: CompressSettings, samples: np.ndarray
     result = prune_structured(trainable.model, target, settings.criterion, samples,
                               PruneConfig(seed=settings.seed,
                                           channel_multiple=settings.channel_multiple), labels)
+    names = trainable.source_names()
     record = {"pattern": "structured", "criterion": settings.criterion,
               "target": settings.prune, "recipe": settings.recipe,
               "channel_multiple": settings.channel_multiple,
               "bn_recalibrated": bool(getattr(result, "bn_recalibrated", False)),
               "macs": {"before": int(result.macs_before), "after": int(result.macs_after)},
-              "layers": [{"layer": trainable.source_name(name), "before": int(b),
+              "layers": [{"layer": names.get(name, name), "before": int(b),
                           "after": int(a)} for name, (b, a) in result.per_layer.items()],
               "group_ratios": {k: round(float(v), 4) for k, v in result.group_ratios.items()}}
     return result.model, record

@@ -25,12 +25,13 @@ _outer: list[str] = []  # the temp folders private_tempdir() replaced, innermost
 _OWNED = re.compile(r"^edgeopt-(\d+)-[A-Za-z0-9_]+$")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (someone else's live process counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # someone else's live process
+    except PermissionError:
         return True
     return True
 
@@ -44,7 +45,7 @@ def sweep_dead(parent: Path) -> int:
         return 0
     for entry in entries:
         match = _OWNED.match(entry.name)
-        if not match or int(match[1]) == os.getpid() or _pid_alive(int(match[1])):
+        if not match or int(match[1]) == os.getpid() or pid_alive(int(match[1])):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
