@@ -35,13 +35,17 @@ def _fail(what: str, exc: Exception) -> ConversionError:
 
 def qdq_int8(model: Path, out: Path, arrays: dict[str, np.ndarray],
              method: str = "MinMax") -> None:
-    """Static QDQ: int8 symmetric per-channel weights, int8 activations per tensor."""
+    """Static QDQ: 8-bit symmetric per-channel weights, 8-bit activations per tensor.
+
+    Both are stored as uint8 (weights around 128), as edgeopt's own writer does: int8
+    weights saturate in onnxruntime's kernels on x86 CPUs without VNNI (see `onnx_backend`).
+    """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     try:
         quantize_static(
             str(model), str(out), _Reader(arrays), quant_format=QuantFormat.QDQ,
-            per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+            per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8,
             calibrate_method=getattr(CalibrationMethod, method),
             extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
     except Exception as exc:  # onnxruntime raises many types from inside its graph passes

@@ -2,8 +2,11 @@
 
 * static (w8a8, w4a8): `quantize_static` in QDQ format. Our activation ranges go in as
   onnxruntime's own calibration cache (so it runs no calibration of its own), our
-  weight scales as per-channel `TensorQuantOverrides` (int4 weights as `QInt4`); the
-  initializers hold the dequantized values of our codes, so onnxruntime's rounding
+  weight scales as per-channel `TensorQuantOverrides` (int4 weights as `QInt4`). 8-bit
+  tensors are stored as uint8, weights around zero point 128: the same grids as int8,
+  shifted, without the int8-weight saturation of onnxruntime's x86 kernels (see
+  `onnx_backend.WEIGHT_UINT8_ZERO_POINT`);
+  the initializers hold the dequantized values of our codes, so onnxruntime's rounding
   gives back exactly our codes. Float layers are excluded nodes.
 * dynamic: `quantize_dynamic` over our rounded weights. Its `ConvInteger` takes one
   scale per tensor, so onnxruntime re-rounds conv weights to per-tensor int8 (dense
@@ -24,7 +27,11 @@ import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision
 from edgeopt.calibration.graphspec import CalibGraph
-from edgeopt.calibration.onnx_backend import native_weight, weight_axis
+from edgeopt.calibration.onnx_backend import (
+    WEIGHT_UINT8_ZERO_POINT,
+    native_weight,
+    weight_axis,
+)
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
 from edgeopt.errors import ConversionError, first_line
@@ -87,9 +94,11 @@ def weight_overrides(model, graph: CalibGraph, plan: QuantPlan) -> dict:
         if layer_plan is None or layer_plan.weight is None:
             continue
         node = nodes[layer.output]
-        qtype = QuantType.QInt4 if layer_plan.precision == Precision.INT4 else QuantType.QInt8
+        int4 = layer_plan.precision == Precision.INT4
+        qtype, zero = ((QuantType.QInt4, 0) if int4
+                       else (QuantType.QUInt8, WEIGHT_UINT8_ZERO_POINT))
         axis = weight_axis(node.op_type, _trans_b(node))
-        overrides[layer.weight] = [{"axis": axis, "scale": float(s), "zero_point": 0,
+        overrides[layer.weight] = [{"axis": axis, "scale": float(s), "zero_point": zero,
                                     "quant_type": qtype} for s in layer_plan.weight.scale]
     return overrides
 
@@ -124,7 +133,7 @@ def _static(model, graph: CalibGraph, plan: QuantPlan, tmp: Path) -> bytes:
     _ranges_cache(plan, tmp / "ranges.json")
     quantize_static(str(tmp / "float.onnx"), str(tmp / "q.onnx"), None,
                     quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8,
                     nodes_to_exclude=exclude, nodes_to_quantize=quantize_only,
                     calibrate_method=CalibrationMethod.MinMax, extra_options=options,
                     calibration_cache_path=str(tmp / "ranges.json"))

@@ -76,7 +76,10 @@ def test_w8a8_qdq_holds_the_cores_codes_and_runs(model_path, data):
     for layer in fmt.graph.layers:
         expected = quantize_rtn(fmt.graph.weights[layer.weight], 8).codes
         values, _ = stored[layer.weight + "_quantized"]
-        assert np.array_equal(values if values.shape == expected.shape else values.T, expected)
+        zero_points, _ = stored[layer.weight + "_zero_point"]
+        assert set(zero_points.tolist()) == {128}  # 8-bit weights are stored as uint8
+        codes = values.astype(np.int16) - 128
+        assert np.array_equal(codes if codes.shape == expected.shape else codes.T, expected)
     assert result.validation["runtime"] == "onnxruntime (CPU)"
     assert result.validation["sqnr_db"] > 25
     assert all(e["sqnr_db"] is not None for e in result.layer_report)
@@ -89,7 +92,7 @@ def test_w4a8_writes_int4_weights_except_depthwise(model_path, data):
                                                             layer_report=False), data[1])
     stored = initializers(result.model)
     assert stored["w1_quantized"][1] == TensorProto.INT4
-    assert stored["w2_quantized"][1] == TensorProto.INT8
+    assert stored["w2_quantized"][1] == TensorProto.UINT8  # 8-bit weights: uint8 around 128
     assert stored["fc2_quantized"][1] == TensorProto.INT4
     assert result.validation["sqnr_db"] > 10
 
