@@ -56,6 +56,22 @@ def run_edgeopt(*args: str, timeout: float = 300, **kwargs) -> subprocess.Comple
                           capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
+def wrapped_python(folder: Path) -> Path:
+    """`folder/python3`: this interpreter, as a board's python3 with numpy and LiteRT.
+
+    A wrapper script that execs `sys.executable`, not a symlink to it: a venv's python
+    found through a link outside the venv does not see the venv (`sys.prefix` is the base
+    interpreter's, without TensorFlow or LiteRT).
+    """
+    import shlex
+
+    folder.mkdir(parents=True, exist_ok=True)
+    wrapper = folder / "python3"
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def assert_user_error(result, fragment: str = "") -> None:
     """Exit 2, exactly one `edgeopt: error:` line on stderr, no traceback."""
     code = result.exit_code if hasattr(result, "exit_code") else result.returncode

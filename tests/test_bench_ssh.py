@@ -16,13 +16,12 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_user_error
+from conftest import assert_user_error, wrapped_python
 
 QUICK = ("--runs", "5", "--min-secs", "0", "--no-power")
 PWNED = "a b;touch PWNED.tflite"
@@ -31,10 +30,7 @@ PWNED = "a b;touch PWNED.tflite"
 @pytest.fixture
 def board_python(tmp_path) -> Path:
     """A folder whose python3 has numpy and LiteRT, like a board set up for edgeopt."""
-    folder = tmp_path / "board-bin"
-    folder.mkdir()
-    (folder / "python3").symlink_to(sys.executable)
-    return folder
+    return wrapped_python(tmp_path / "board-bin").parent
 
 
 @pytest.fixture

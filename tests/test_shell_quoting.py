@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_user_error
+from conftest import ROOT, assert_user_error, wrapped_python
 from edgeopt.devices.runners import device_scripts as scripts
 
 CODE_DIRS = ("edgeopt", "calibration", "compression", "converters", "delegates", "devices",
@@ -231,9 +231,7 @@ ODD_MODELS = ["a b;touch PWNED $(touch PWNED) `touch PWNED` 'q' \"d\".tflite",
 def recording_ssh(tmp_path, monkeypatch) -> Path:
     """A stand-in `ssh` that logs its argv (NUL-separated) and runs the remote command with
     /bin/sh, as sshd does; python3 on its PATH has LiteRT, like a prepared board."""
-    board_bin = tmp_path / "board-bin"
-    board_bin.mkdir()
-    (board_bin / "python3").symlink_to(sys.executable)
+    board_bin = wrapped_python(tmp_path / "board-bin").parent
     ssh = tmp_path / "ssh"
     ssh.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" >> {tmp_path}/ssh-argv\n"
                    "for last in \"$@\"; do :; done\n"
