@@ -109,9 +109,48 @@ class ForeignLoad:
                 "other_share_of_all_cores": round(other / (wall * (os.cpu_count() or 1)), 3)}
 
 
+# The distributions whose versions decide a benchmark's figures (PyPI names).
+MEASURED_PACKAGES = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
+                     "onnxruntime", "onnx2tf", "keras", "numpy", "ethos-u-vela")
+# CPU features that pick int8 kernels: without VNNI, onnxruntime's x86 uint8 x int8 kernels
+# saturate (see calibration/onnx_backend.py), so the same model measures differently.
+INT8_CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed version of each of `MEASURED_PACKAGES` (None: not installed), plus the
+    Python version and platform: what made a result, read without importing any of them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions: dict[str, str | None] = {}
+    for name in MEASURED_PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    versions["python"] = platform.python_version()
+    versions["platform"] = platform.platform()
+    return versions
+
+
+def cpu_int8_flags() -> list[str]:
+    """Which of `INT8_CPU_FLAGS` /proc/cpuinfo lists (x86 'flags', ARM 'Features')."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    words = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            words.update(value.split())
+    return [flag for flag in INT8_CPU_FLAGS if flag in words]
+
+
 def machine_info() -> dict[str, Any]:
     return {
         "cpu_model": cpu_model(),
+        "cpu_int8_flags": cpu_int8_flags(),
         "logical_cores": os.cpu_count(),
         "load_average_at_end": load_average(),
         "platform": platform.platform(),
@@ -141,9 +180,11 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 
 def write_results(name: str, data: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
-    """Write `data` (plus the machine facts) as `<directory>/<name>.json`."""
+    """Write `data` (plus the machine facts, the commit and the package versions) as
+    `<directory>/<name>.json`."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
-    record = {"benchmark": name, "machine": machine_info(), "source": git_state(), **data}
+    record = {"benchmark": name, "machine": machine_info(), "source": git_state(),
+              "package_versions": package_versions(), **data}
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path

@@ -28,7 +28,8 @@ Also: wall time of calibrating a MobileNetV2 (224x224, 3.5M parameters, untraine
 on 200 photograph crops (the capture pass and the range estimation of `edgeopt quantize`).
 
     python benchmarks/calibration.py                        # ~15-25 min on 2 cores
-    python benchmarks/calibration.py --models digits --formats onnx
+    python benchmarks/calibration.py --models digits --formats onnx --skip-mobilenet \
+        --name calibration_digits_onnx
 """
 
 from __future__ import annotations
@@ -373,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--formats", default="tflite,onnx")
     parser.add_argument("--skip-mobilenet", action="store_true")
+    parser.add_argument("--name", default=NAME,
+                        help="results/<name>.json (a partial run should not replace the full one)")
     args = parser.parse_args(argv)
     formats = args.formats.split(",")
     all_cases = cases(args.models.split(","))
@@ -403,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print_table(("target", "detail", ""), [(c["target"], c["detail"], verdict(c["ok"]))
                                            for c in results["targets"]])
-    print(f"\nwrote {write_results(NAME, results)}")
+    print(f"\nwrote {write_results(args.name, results)}")
     return 0
 
 
