@@ -132,6 +132,42 @@ def tiny_onnx(path: Path, channels: int = 3, size: int = 16, classes: int = 4,
     return path
 
 
+# The bundled sample's builds that several tests read: README's first command for each
+# source format (the .onnx one compared on every device, as in the tour), and the plainest
+# build (calibration data only, the default device).
+SAMPLE_BUILDS = {
+    "keras": ("digits_cnn.keras", "--device", "pixel-npu", "--eval", "digits_eval.npz"),
+    "onnx": ("digits_cnn.onnx", "--device", "pixel-npu,all", "--eval", "digits_eval.npz"),
+    "plain": ("digits_cnn.keras",),
+}
+
+
+@pytest.fixture(scope="session")
+def sample_bundles(tmp_path_factory):
+    """`sample_bundles(kind)`: the bundle of `SAMPLE_BUILDS[kind]`, built once per session.
+
+    Shared by every test that asks for it, so read it only; a test that changes a bundle
+    copies it first (`shutil.copytree`).
+    """
+    from edgeopt.cli import cli
+
+    built: dict[str, Path] = {}
+
+    def bundle(kind: str) -> Path:
+        if kind not in built:
+            model, *flags = SAMPLE_BUILDS[kind]
+            flags = [str(SAMPLES / f) if f.endswith(".npz") else f for f in flags]
+            out = tmp_path_factory.mktemp(f"sample-{kind}") / "dist"
+            code = cli.main(["build", str(SAMPLES / model), "--calib",
+                             str(SAMPLES / "digits_calib.npz"), *flags, "-o", str(out),
+                             "--json"], standalone_mode=False)
+            assert code == 0, f"the sample build {kind} failed"
+            built[kind] = out
+        return built[kind]
+
+    return bundle
+
+
 @pytest.fixture(scope="session")
 def tiny_keras_path(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("keras") / "tiny.keras"

@@ -78,21 +78,9 @@ def _check_bundle(folder, fmt: str):
 
 
 @pytest.fixture(scope="module")
-def sample_builds(tmp_path_factory):
-    """The bundled sample built once per format for pixel-npu (as the README does)."""
-    from edgeopt.cli import cli
-
-    root = tmp_path_factory.mktemp("sample")
-    builds = {}
-    for name in ("digits_cnn.keras", "digits_cnn.onnx"):
-        out = root / name.replace(".", "_")
-        code = cli.main(["build", str(SAMPLES / name), "--device", "pixel-npu",
-                         "--calib", str(SAMPLES / "digits_calib.npz"),
-                         "--eval", str(SAMPLES / "digits_eval.npz"), "-o", str(out), "--json"],
-                        standalone_mode=False)
-        assert code == 0
-        builds[name.split(".")[1]] = out
-    return builds
+def sample_builds(sample_bundles):
+    """The bundled sample built for pixel-npu (as the README does), once per session."""
+    return {fmt: sample_bundles(fmt) for fmt in ("keras", "onnx")}
 
 
 @pytest.mark.parametrize("fmt", ["keras", "onnx"])

@@ -68,14 +68,8 @@ def _leftovers(folder: Path, keep: set[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def good_bundle(tmp_path_factory) -> Path:
-    from edgeopt.config import BuildConfig
-    from edgeopt.pipeline import build
-
-    out = tmp_path_factory.mktemp("good") / "bundle"
-    build(BuildConfig(model=str(SAMPLES / "digits_cnn.keras"),
-                      calib=str(SAMPLES / "digits_calib.npz"), output=str(out)))
-    return out
+def good_bundle(sample_bundles) -> Path:
+    return sample_bundles("plain")
 
 
 def test_bundle_into_a_full_disk(small_disk):

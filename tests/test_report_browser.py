@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLES
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 
@@ -144,17 +142,9 @@ def open_report(report: Path, profile_dir: Path) -> tuple[dict, list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def sample_bundle(tmp_path_factory) -> Path:
+def sample_bundle(sample_bundles) -> Path:
     """The README's sample build, compared across every shipped device."""
-    from edgeopt.cli import cli
-
-    out = tmp_path_factory.mktemp("report") / "dist"
-    code = cli.main(["build", str(SAMPLES / "digits_cnn.onnx"), "--device", "pixel-npu,all",
-                     "--calib", str(SAMPLES / "digits_calib.npz"),
-                     "--eval", str(SAMPLES / "digits_eval.npz"), "-o", str(out), "--json"],
-                    standalone_mode=False)
-    assert code == 0
-    return out
+    return sample_bundles("onnx")
 
 
 def _problems(events: list[dict]) -> list[str]:
