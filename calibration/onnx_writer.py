@@ -5,9 +5,9 @@
   weight scales as per-channel `TensorQuantOverrides` (int4 weights as `QInt4`). 8-bit
   tensors are stored as uint8, weights around zero point 128: the same grids as int8,
   shifted, without the int8-weight saturation of onnxruntime's x86 kernels (see
-  `onnx_backend.WEIGHT_UINT8_ZERO_POINT`);
-  the initializers hold the dequantized values of our codes, so onnxruntime's rounding
-  gives back exactly our codes. Float layers are excluded nodes.
+  `onnx_backend.WEIGHT_UINT8_ZERO_POINT`). The initializers hold the dequantized values
+  of our codes, so onnxruntime's rounding gives back exactly our codes. Float layers are
+  excluded nodes.
 * dynamic: `quantize_dynamic` over our rounded weights. Its `ConvInteger` takes one
   scale per tensor, so onnxruntime re-rounds conv weights to per-tensor int8 (dense
   layers keep per-channel); scale overrides are refused there.
