@@ -65,12 +65,12 @@ def test_usage_errors_are_one_line(run_cli):
 
 
 def test_internal_errors_are_one_line_and_debug_shows_traceback(monkeypatch, run_cli):
-    from edgeopt.devices import profile
+    from edgeopt.cli import devices
 
     def broken():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(profile, "all_profiles", broken)
+    monkeypatch.setattr(devices, "all_profiles", broken)
     result = run_cli("devices")
     assert result.exit_code == 1 and result.stderr.startswith("edgeopt: error: internal error")
     assert "Traceback" not in result.stderr

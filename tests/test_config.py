@@ -74,24 +74,32 @@ def test_text_dry_run_is_toml_with_the_source_of_each_value(run_cli, project):
     assert tomllib.loads(result.stdout)["build"]["seed"] == 3
 
 
-def test_a_bundle_config_rebuilds_from_any_folder(project, monkeypatch):
-    from edgeopt.config import BuildConfig, read_config_file
+def test_a_bundle_config_rebuilds_from_any_folder(run_cli, project, monkeypatch):
+    from dataclasses import asdict
+
+    from edgeopt.config import BuildConfig
 
     config = BuildConfig(model=str(SAMPLES / "digits_cnn.onnx"), device="pixel-npu",
                          output=str(project / "dist"), calib=str(SAMPLES / "digits_calib.npz"),
-                         mean=(0.5,), input_shapes=("image:1,1,32,32",))
+                         mean=(0.5,), input_shapes=("image:1,1,32,32",), seed=4,
+                         eval_fraction=0.25, labels=str(SAMPLES / "labels.txt"),
+                         prune=0.5, prune_recipe=str(project / "prune.toml"))
     file = project / "dist" / "edgeopt.toml"
     file.parent.mkdir()
     file.write_text(config.to_toml(file.parent))
     monkeypatch.chdir(SAMPLES)
-    values = read_config_file(file)
-    assert BuildConfig(**values) == config
+    resolved = _dry_run(run_cli, "build", "--config", file)
+    assert {k: resolved[k] for k in asdict(config)} == json.loads(json.dumps(asdict(config)))
+    assert resolved["sources"]["seed"] == str(file) and resolved["sources"]["scheme"] == "default"
 
 
 @pytest.mark.parametrize("text, fragment", [
     ('[build]\nmodel = "m.onnx"\nbogus = 1\n', "unknown key 'bogus' in [build]"),
-    ('[build]\nmodel = "m.onnx"\nseed = "three"\n', "key 'seed' must be an integer"),
-    ('[build]\nmodel = "m.onnx"\nmean = ["a"]\n', "key 'mean' must be a number or a list"),
+    ('[build]\nmodel = "m.onnx"\nseed = "three"\n', "[build] seed must be a number"),
+    ('[build]\nmodel = "m.onnx"\nseed = 1.5\n', "[build] seed must be an integer"),
+    ('[build]\nmodel = "m.onnx"\nmean = ["a"]\n', "[build] mean: invalid value"),
+    ('[build]\nmodel = "m.onnx"\ndistill = "yes"\n', "[build] distill must be true or false"),
+    ('[build]\nmodel = 3\n', "[build] model: invalid value"),
     ('[bench]\nrunz = 3\n', "unknown key 'runz' in [bench]"),
     ('[bench]\nruns = "many"\n', "[bench] runs"),
     ('[devices.calibrate]\nnope = 1\n', "unknown key 'nope' in [devices.calibrate]"),

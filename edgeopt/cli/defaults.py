@@ -112,8 +112,7 @@ def _checked(command: click.Command, param: click.Parameter, value, cfile: Confi
 
 def _check_kind(param: click.Parameter, value, fail: str) -> None:
     """TOML has types: a flag takes true/false, a number is not a string or a boolean."""
-    is_flag = getattr(param, "is_flag", False) and getattr(param, "flag_value", None) in (
-        True, False)
+    is_flag = getattr(param, "is_bool_flag", False)
     if is_flag and not isinstance(value, bool):
         raise ConfigError(f"{fail} must be true or false, got {value!r}")
     if not is_flag and isinstance(value, bool):
