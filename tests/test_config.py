@@ -170,3 +170,29 @@ def test_bench_runs_with_the_file_defaults(run_cli, project, tiny_float_tflite):
     assert json.loads(result.stdout)["runs"] == 7
     result = run_cli("bench", tiny_float_tflite, "--runs", "3", "--json")
     assert json.loads(result.stdout)["runs"] == 3
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('[build]\nbogus = 1\n', "unknown key 'bogus' in [build]"),
+    ('[build]\nseed = "three"\n', "[build] seed must be a number"),
+    ('[inspect]\ndevice = 3\n', "[inspect] device: invalid value"),
+    ('[estimate]\ntop = -1\n', "[estimate] top"),
+])
+def test_every_command_checks_the_whole_file(run_cli, project, tiny_onnx_path, text, fragment):
+    """`--config F inspect` used to ignore unknown keys and wrong types in [build]."""
+    config = project / "conf.toml"
+    config.write_text(text)
+    assert_user_error(run_cli("--config", config, "inspect", tiny_onnx_path), fragment)
+    assert str(config) in run_cli("--config", config, "inspect", tiny_onnx_path).stderr
+
+
+def test_paths_in_any_table_are_relative_to_the_file(run_cli, project, tiny_keras_path):
+    """[compress] data and student were read relative to the current folder, while
+    [build] calib was relative to the file: the file's type of value now decides."""
+    conf = project / "conf"
+    conf.mkdir()
+    (conf / "edgeopt.toml").write_text('[compress]\ndata = "missing.npz"\nprune = 0.5\n'
+                                       'output = "small.tflite"\n')
+    result = run_cli("--config", conf / "edgeopt.toml", "compress", tiny_keras_path)
+    assert_user_error(result, str(conf / "missing.npz"))
+    assert not (project / "small.tflite").exists() and not (conf / "small.tflite").exists()
