@@ -5,6 +5,7 @@ benchmark binaries and their flags) come only from the command line or an explic
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -94,3 +95,24 @@ def test_an_implicit_file_keeps_every_other_setting(run_cli, folder):
                                          '[build]\nmodel = "m.onnx"\ndevice = "coral-usb"\n')
     result = run_cli("build", "--dry-run", "--json")
     assert result.exit_code == 0, result.stderr
+
+
+def test_a_profile_cannot_point_at_a_delegate_library(run_cli, folder):
+    """A profile named by the working folder's edgeopt.toml would otherwise load it."""
+    from importlib.resources import files
+
+    shipped = (files("edgeopt.devices.profiles") / "pixel-cpu.toml").read_text()
+    (folder / "board.toml").write_text(shipped.replace('delegate = "xnnpack"',
+                                                       'delegate = "./libdelegate.so"'))
+    (folder / "edgeopt.toml").write_text('[estimate]\ndevice = "board.toml"\n')
+    assert_user_error(run_cli("estimate", "m.tflite"), "field 'delegate' must name a delegate")
+
+
+def test_build_config_replaces_the_working_folders_file(run_cli, folder):
+    """One file, never both: ./edgeopt.toml is not read when build names its --config."""
+    (folder / "edgeopt.toml").write_text('[bench]\ndelegate = "libdelegate.so"\n')
+    mine = folder / "mine.toml"
+    mine.write_text('[build]\nmodel = "m.onnx"\nseed = 5\n')
+    result = run_cli("build", "--config", mine, "--dry-run", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["sources"]["seed"] == str(mine)

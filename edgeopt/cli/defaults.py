@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from edgeopt.cli.shared import PathValue, Trusted
+from edgeopt.cli.shared import COMMAND_ARGS, PathValue, Trusted
 from edgeopt.config import ConfigFile, find_config_file, load_config_file
 from edgeopt.errors import ConfigError
 
@@ -31,7 +31,12 @@ COMMAND_LINE, DEFAULT = "command line", "default"
 
 
 def install(ctx: click.Context, explicit: str | None) -> None:
-    """Read `--config FILE` (or ./edgeopt.toml) into the context's default_map."""
+    """Read `--config FILE` (or ./edgeopt.toml) into the context's default_map; never
+    both: with `build --config FILE`, ./edgeopt.toml is not read at all."""
+    later = ctx.meta.get(COMMAND_ARGS, [])
+    if explicit is None and any(a == "--config" or a.startswith("--config=") for a in later):
+        ctx.meta[CONFIG_META], ctx.default_map = None, {}
+        return
     path = find_config_file(explicit)
     cfile = load_config_file(path) if path else None
     ctx.meta[CONFIG_META] = cfile

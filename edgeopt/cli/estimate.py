@@ -17,7 +17,7 @@ ALL = "all"
 @click.argument("model", type=PATH)
 @device_option("Device profile name, a profile .toml, or 'all' to compare every profile.",
                default="host-cpu")
-@click.option("--precision", type=choice(EstimatePrecision), default=EstimatePrecision.AUTO,
+@click.option("--precision", type=choice(EstimatePrecision), default=EstimatePrecision.AUTO.value,
               show_default=True, help="auto: a .tflite as it is, other formats as the "
               "device's build precision (int8 for int8 devices); model: as the file is; "
               "int8: as full int8.")

@@ -27,6 +27,7 @@ from edgeopt.tempfiles import private_tempdir
 from edgeopt.terminal import StepProgress
 
 NOT_PATHS = ("random", "all", "")
+COMMAND_ARGS = "edgeopt.command_args"
 
 
 def _debug_requested(args: list[str]) -> bool:
@@ -40,6 +41,12 @@ def _fail(message: str, code: int) -> int:
 
 class EdgeoptGroup(click.Group):
     """Turns every user error into one `edgeopt: error:` line and exit status 2."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        # the command's own arguments: `build --config FILE` replaces ./edgeopt.toml
+        ctx.meta[COMMAND_ARGS] = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        return rest
 
     def main(self, args=None, prog_name=None, standalone_mode=True, **extra):
         args = list(sys.argv[1:] if args is None else args)
