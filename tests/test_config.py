@@ -125,6 +125,9 @@ def test_other_commands_take_their_table_as_defaults(run_cli, project):
     config = _dry_run(run_cli, *args)  # --calib and -o are required: the file gave them
     assert config["method"] == "mse" and config["recipe"] == "mine"
     assert config["scheme"] == "w4afp32"
+    file = str(project / "conf" / "edgeopt.toml")
+    assert config["sources"]["method"] == file and config["sources"]["scheme"] == "default"
+    assert config["sources"]["model"] == "command line"
     assert _dry_run(run_cli, *args, "--method", "percentile")["method"] == "percentile"
 
 

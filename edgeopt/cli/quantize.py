@@ -6,6 +6,7 @@ import click
 
 from edgeopt.calibration.config import BLOCK_SIZES, Scheme, WeightMethod
 from edgeopt.choices import IoDtype, RangeMethod
+from edgeopt.cli.defaults import sources
 from edgeopt.cli.shared import (
     NAME_OR_PATH,
     PATH,
@@ -52,15 +53,17 @@ from edgeopt.quiet import library_output_to_log
 @click.option("--no-bias-correction", is_flag=True, help="Keep the rounded weights' biases.")
 @click.option("--report", type=PATH, default=None, help="Also write an HTML page with the "
               "layer chart.")
-@click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
+@click.option("--dry-run", is_flag=True, help="Print the resolved config, with where each "
+              "flag's value came from, and exit.")
 @json_option
-def command(dry_run: bool, as_json: bool, no_bias_correction: bool, block_size: str | None,
-            **options) -> None:
+@click.pass_context
+def command(ctx: click.Context, dry_run: bool, as_json: bool, no_bias_correction: bool,
+            block_size: str | None, **options) -> None:
     """Quantize MODEL with edgeopt's calibration core and check it in the real runtime."""
     options.update(bias_correction=not no_bias_correction,
                    block_size=int(block_size) if block_size else None)
     if dry_run:
-        return emit_json(build_config(options).to_json())
+        return emit_json({**build_config(options).to_json(), "sources": sources(ctx)})
     with library_output_to_log(), step_progress(as_json) as progress:
         record = quantize_file(options, progress)
     emit_json(record) if as_json else click.echo(summary(record))
