@@ -199,3 +199,17 @@ def test_paths_in_any_table_are_relative_to_the_file(run_cli, project, tiny_kera
     result = run_cli("--config", conf / "edgeopt.toml", "compress", tiny_keras_path)
     assert_user_error(result, str(conf / "missing.npz"))
     assert not (project / "small.tflite").exists() and not (conf / "small.tflite").exists()
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda p: Path("/dev/zero"), "is not a regular file"),
+    (lambda p: (os.mkfifo(p / "fifo"), p / "fifo")[1], "is not a regular file"),
+    (lambda p: (p / "big.toml").write_text("# " + "x" * (2 << 20)) and p / "big.toml",
+     "larger than"),
+    (lambda p: (p / "deep.toml").write_text("x = " + "[" * 50000 + "]" * 50000)
+     and p / "deep.toml", "cannot read config file"),
+])
+def test_config_files_are_small_regular_files(run_cli, project, make, fragment):
+    """`--config /dev/zero` read 8 GiB, a FIFO blocked, deep nesting crashed (issue 14)."""
+    result = run_cli("--config", make(project), "devices")
+    assert_user_error(result, fragment)
