@@ -129,17 +129,16 @@ def _check_kind(param: click.Parameter, value, fail: str) -> None:
         raise ConfigError(f"{fail} must be an integer, got {value!r}")
 
 
-def sources(ctx: click.Context, names: dict[str, str] | None = None) -> dict[str, str]:
-    """Where each parameter's value came from: 'command line', the config file, 'default'.
-
-    `names` maps parameter names to the config fields they set, when they differ."""
+def sources(ctx: click.Context) -> dict[str, str]:
+    """Where each parameter's value came from: 'command line', the config file, 'default'
+    (the parameter names are the config's field names)."""
     cfile = ctx.meta.get(CONFIG_META)
     found = {}
     for param in ctx.command.params:
         if param.name in SKIPPED:
             continue
         source = ctx.get_parameter_source(param.name)
-        found[(names or {}).get(param.name, param.name)] = (
+        found[param.name] = (
             COMMAND_LINE if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
             else str(cfile.path) if source is ParameterSource.DEFAULT_MAP and cfile
             else DEFAULT)
