@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -41,6 +42,7 @@ DEFAULT_DEVICE = "host-cpu"
 ALL_DEVICES = "all"
 DEFAULT = "default"
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; /dev/zero is not one
+MAX_RECURSION = 2000  # Python's default is 1000; some libraries raise it far higher
 PATH_FIELDS = ("model", "output", "calib", "eval", "prune_recipe", "labels")
 # Values that are a name or a path: treated as a path when they look like one.
 NAME_OR_PATH_FIELDS = ("device", "recipe")
@@ -216,7 +218,7 @@ def load_config_file(path: str | os.PathLike) -> ConfigFile:
     """Read a config file; keys outside any table belong to `build`."""
     file = Path(path)
     try:
-        raw = tomllib.loads(_read_text(file))
+        raw = _parse(_read_text(file))
     except FileNotFoundError as exc:
         raise ConfigError(f"config file not found: {file}") from exc
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
@@ -226,6 +228,17 @@ def load_config_file(path: str | os.PathLike) -> ConfigFile:
     tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
     build.update(tables.pop("build", {}))
     return ConfigFile(file, build, tables)
+
+
+def _parse(text: str) -> dict:
+    """tomllib recurses per nesting level: with the limit some libraries raise, 50,000
+    nested arrays would exhaust the C stack, so parse under the usual limit."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(limit, MAX_RECURSION))
+    try:
+        return tomllib.loads(text)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _read_text(file: Path) -> str:
