@@ -34,20 +34,9 @@ from _common import (
 
 NAME = "bench_host_repeat"
 MAX_SPREAD = 0.05
-# Until `bench` is registered in edgeopt.cli, run the command through the same group.
-_WRAPPER = ("import sys\nfrom edgeopt.cli import EdgeoptGroup, cli\n"
-            "from edgeopt.bench import bench_command\n"
-            "group = cli if 'bench' in cli.commands else EdgeoptGroup(name='edgeopt')\n"
-            "group.add_command(bench_command) if group is not cli else None\n"
-            "sys.exit(group.main(['bench', *sys.argv[1:]]))\n")
-
-
 def bench_command() -> list[str]:
-    """`edgeopt bench`, or the same command run through a one-off group."""
-    probe = subprocess.run([*edgeopt_command(), "bench", "--help"], capture_output=True,
-                           env=subprocess_env())
-    return [*edgeopt_command(), "bench"] if probe.returncode == 0 else \
-        [sys.executable, "-c", _WRAPPER]
+    """`edgeopt bench`."""
+    return [*edgeopt_command(), "bench"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 
+from edgeopt.choices import IoDtype, values
 from edgeopt.errors import ConfigError
 
 
@@ -60,7 +61,7 @@ SCHEMES: dict[Scheme, SchemeTraits] = {
     Scheme.FP16: SchemeTraits(Mode.FP16, None, Precision.FP16, Precision.FP16),
     Scheme.FLOAT: SchemeTraits(Mode.FLOAT, None, Precision.FLOAT, Precision.FLOAT),
 }
-IO_DTYPES = ("float32", "int8", "uint8")
+IO_DTYPES = values(IoDtype)
 BLOCK_SIZES = (32, 64, 128)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeopt.errors import ConversionError
+from edgeopt.validate import cosine_similarity
 
 # Below this cosine the converted model computes something else: stop the build.
 BROKEN_COSINE = 0.9
@@ -23,14 +24,6 @@ class Parity:
     def to_json(self) -> dict:
         return {"samples": self.samples, "max_abs": self.max_abs, "cosine": self.cosine,
                 "warning": self.cosine < WARN_COSINE}
-
-
-def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    norm = np.linalg.norm(a) * np.linalg.norm(b)
-    if norm == 0:
-        return 1.0 if np.array_equal(a, b) else 0.0
-    return float(np.dot(a, b) / norm)
 
 
 def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray]) -> Parity:

@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any
 
 from edgeopt.devices.assignment import UnitAssignment, assign_units
+from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.opcost import compute_dtype
 from edgeopt.devices.profile import DeviceProfile
 from edgeopt.devices.result import Estimate
@@ -40,8 +41,6 @@ AFTER_FIRST = "More than one subgraph is not supported (comes after the first un
 def simulate(graph: Graph, profile: DeviceProfile, placement: Any = None,
              model: Any = None) -> Estimate:
     """Check, map and cost ``graph`` on an Edge TPU profile."""
-    from edgeopt.devices.estimator import estimate_assigned
-
     assignment = edgetpu_assignment(graph, profile, placement, model)
     result = estimate_assigned(graph, profile, assignment)
     return replace(result, compiler=compiler_summary(profile, assignment, result))

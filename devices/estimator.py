@@ -7,10 +7,9 @@
     >>> round(result.latency_ms, 2), result.to_json()["ops"][0]                  # doctest: +SKIP
     (12.31, {'index': 0, 'op': 'CONV_2D', 'unit': 'cpu', 'latency_ms': 0.41, ...})
 
-Per op: a roofline on the unit that runs it (roofline.py); partition switches cost the
-crossing tensors over the link plus a fixed synchronisation (transfers.py); a unit with an
-on-chip parameter cache streams what does not fit (params.py); every inference pays the
-units' invoke overhead; the device's idle power runs for the whole latency.
+Which unit runs each op comes from the delegate placement (assignment.py; the Edge TPU's
+compiler mapping from edgetpu.py); what that assignment costs, per op and in total, from
+costing.py.
 """
 
 from __future__ import annotations
@@ -18,12 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from edgeopt.devices.assignment import UnitAssignment, assign_units
-from edgeopt.devices.opcost import op_costs
-from edgeopt.devices.params import ParamResidency, param_residency
+from edgeopt.devices.costing import estimate_assigned
+from edgeopt.devices.edgetpu import edgetpu_assignment, simulate
 from edgeopt.devices.profile import DeviceProfile
-from edgeopt.devices.result import Estimate, OpEstimate
-from edgeopt.devices.roofline import time_op
-from edgeopt.devices.transfers import cost_crossings
+from edgeopt.devices.result import Estimate
 from edgeopt.errors import DeviceError
 from edgeopt.graph import Graph
 
@@ -40,8 +37,6 @@ def estimate(graph: Graph, profile: DeviceProfile, placement: Any = None,
     if profile.hardware is None:
         raise DeviceError(f"device profile {profile.name} has no hardware tables to estimate from")
     if profile.delegate == "edgetpu":
-        from edgeopt.devices.edgetpu import simulate
-
         return simulate(graph, profile, placement, model)
     assignment = assign_units(graph, profile, placement, model)
     return estimate_assigned(graph, profile, assignment, _compiler_figures(assignment))
@@ -57,78 +52,8 @@ def resolve_assignment(graph: Graph, profile: DeviceProfile, placement: Any = No
                        model: Any = None) -> UnitAssignment:
     """The per-op units `estimate` would use (the Edge TPU compiler's mapping for Coral)."""
     if profile.delegate == "edgetpu":
-        from edgeopt.devices.edgetpu import edgetpu_assignment
-
         return edgetpu_assignment(graph, profile, placement, model)
     return assign_units(graph, profile, placement, model)
 
 
-def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssignment,
-                      compiler: dict | None = None) -> Estimate:
-    """The estimate for a resolved per-op assignment of units."""
-    hw = profile.hardware
-    residency = param_residency(graph, assignment.units, hw)
-    costs = op_costs(graph)
-    unit_params = _unit_param_bytes(costs, assignment)
-    rows = tuple(_op_row(cost, assignment, residency, hw, unit_params) for cost in costs)
-    transfers = tuple(cost_crossings(graph, assignment.units, hw))
-    used = {row.unit for row in rows} | {hw.cpu_unit().name}
-    invoke_s = sum(hw.unit(u).invoke_overhead.value for u in used)
-    latency = sum(r.latency_s for r in rows) + sum(t.latency_s for t in transfers) + invoke_s
-    idle = hw.idle_power.value * latency
-    energy = sum(r.energy_j for r in rows) + sum(t.energy_j for t in transfers) + idle
-    params = None
-    if residency.cache_bytes:
-        params = {"on_chip_param_bytes": residency.on_chip_bytes,
-                  "off_chip_param_bytes": residency.off_chip_bytes}
-    return Estimate(
-        device=profile.name, latency_s=latency, energy_j=energy, ops=rows,
-        transfers=transfers, invoke_s=invoke_s, idle_energy_j=idle,
-        placement=assignment.manifest_json(hw.cpu_unit().name),
-        precision=_precision(rows), profile_file=profile.path, params=params,
-        compiler=compiler, notes=_notes(graph, assignment, compiler))
-
-
-def _unit_param_bytes(costs, assignment: UnitAssignment) -> dict[str, float]:
-    """Parameter bytes each unit reads per inference (a shared tensor counts per use)."""
-    totals: dict[str, float] = {}
-    for cost in costs:
-        unit = assignment.units[cost.index]
-        totals[unit] = totals.get(unit, 0.0) + cost.weight_bytes
-    return totals
-
-
-def _op_row(cost, assignment: UnitAssignment, residency: ParamResidency, hw,
-            unit_params: dict[str, float]) -> OpEstimate:
-    unit = hw.unit(assignment.units[cost.index])
-    streamed = residency.streamed.get(cost.index, 0)
-    link = hw.link(unit.name, hw.cpu_unit().name) if streamed else None
-    timing = time_op(cost, unit, hw, streamed, link, unit_params.get(unit.name, 0.0))
-    return OpEstimate(cost.index, cost.op, unit.name, cost.kind, timing.dtype,
-                      timing.latency_s, timing.energy_j, timing.bound,
-                      assignment.reasons.get(cost.index, ""), timing.compute_s,
-                      timing.memory_s, timing.stream_s, timing.overhead_s,
-                      timing.memory_bytes)
-
-
-def _precision(rows: tuple[OpEstimate, ...]) -> str:
-    """The dtypes the MAC-heavy ops compute in ('int8', 'float32', 'int8+float32')."""
-    heavy = {r.dtype for r in rows if r.kind in ("conv", "depthwise", "dense")}
-    return "+".join(sorted(heavy or {r.dtype for r in rows})) or "none"
-
-
-def _notes(graph: Graph, assignment: UnitAssignment, compiler: dict | None
-           ) -> tuple[str, ...]:
-    notes = []
-    if compiler and "inference_ms" in compiler:
-        notes.append(f"{compiler.get('compiler', 'the compiler')} {compiler.get('version', '')} "
-                     f"itself estimates {compiler['inference_ms']:.3f} ms "
-                     f"({compiler.get('system_config', '')})")
-    if graph.subgraph_count > 1:
-        extra = len(graph.ops) - len(graph.ops_in_subgraph(0))
-        notes.append(f"{extra} op(s) in control-flow subgraphs are not costed (their trip "
-                     "counts are only known at run time)")
-    if assignment.origin == "default":
-        notes.append("placement: every op on the device's main unit (no delegate placement "
-                     "was available); CPU only for dtypes the unit cannot compute")
-    return tuple(notes)
+__all__ = ["estimate", "estimate_assigned", "resolve_assignment"]

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from edgeopt.devices.assignment import UnitAssignment
-from edgeopt.devices.estimator import estimate_assigned, resolve_assignment
+from edgeopt.devices.costing import estimate_assigned
+from edgeopt.devices.estimator import resolve_assignment
 from edgeopt.devices.figures import Figure
 from edgeopt.devices.nnls import nnls
 from edgeopt.devices.profile import DeviceProfile

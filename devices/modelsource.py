@@ -14,10 +14,11 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from edgeopt.choices import EstimatePrecision, values
 from edgeopt.devices.opcost import compute_dtype
 from edgeopt.graph import Graph, Quantization
 
-PRECISIONS = ("auto", "model", "int8")
+PRECISIONS = values(EstimatePrecision)
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,16 @@ def _check_field(path: Path, raw: dict, name: str, kind: type):
     return value
 
 
+def _check_delegate_name(path: Path, delegate: str) -> None:
+    """A profile names its delegate; it never points at a library to load. A profile can be
+    given by a config file found in the working folder, and a library path there would run
+    its code (delegate libraries come from `--delegate PATH` on the command line)."""
+    if "/" in delegate or "\\" in delegate or delegate.endswith((".so", ".dll", ".dylib")) \
+            or ".so." in delegate:
+        raise _fail(path, "delegate", f"must name a delegate (xnnpack, gpu, edgetpu, ...), "
+                    f"not a library ({delegate!r}); give a library with --delegate PATH")
+
+
 def parse_profile(path: Path) -> DeviceProfile:
     """Read and validate one profile file; a bad file names the file and the field."""
     try:
@@ -131,6 +141,7 @@ def parse_profile(path: Path) -> DeviceProfile:
     types = {f.name: get_origin(hints[f.name]) or hints[f.name]
              for f in fields(DeviceProfile) if f.name not in ("hardware", "path")}
     values = {name: _check_field(path, raw, name, kind) for name, kind in types.items()}
+    _check_delegate_name(path, values["delegate"])
     hardware = parse_hardware(TableReader(path, "", raw))
     return DeviceProfile(**values, hardware=hardware, path=str(path))
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edgeopt.config import device_names
+from edgeopt.delegates import place_for_device
+from edgeopt.devices.estimator import estimate
+from edgeopt.devices.profile import load_profile
 from edgeopt.errors import ConfigError, EdgeoptError, first_line
+from edgeopt.tflite_reader import read_tflite
 
 COMPARE_NEEDS_TFLITE = ("comparing devices (--device all or a comma list) estimates the "
                         ".tflite graph; build with --format tflite")
@@ -20,8 +24,6 @@ COMPARE_NEEDS_TFLITE = ("comparing devices (--device all or a comma list) estima
 def compared_profiles(device_spec: str, fmt: str) -> list:
     """The profiles after the build target; [] for one device. Unknown names fail here,
     before the long stages run."""
-    from edgeopt.devices.profile import load_profile
-
     names = device_names(device_spec)
     if len(names) == 1:
         return []
@@ -49,10 +51,6 @@ def _failed(profile, why: str) -> dict:
 def compare_devices(content: bytes, primary: tuple, others: list,
                     progress: Callable[[str], None]) -> list[dict]:
     """One row per device: the build target's own (profile, placement, estimate) first."""
-    from edgeopt.delegates import place_for_device
-    from edgeopt.devices.estimator import estimate
-    from edgeopt.tflite_reader import read_tflite
-
     graph = read_tflite(content)
     rows = [_row(*primary, primary=True)]
     progress(f"estimating the artifact on {len(others)} more device(s)")

@@ -18,14 +18,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
 import numpy as np
 
+from edgeopt.bundle import write_file_atomic
+from edgeopt.choices import PruneCriterion, PrunePattern, values
+from edgeopt.compression import DistillConfig, PruneConfig, distill, prune_structured
+from edgeopt.compression.measure import MeasureConfig, measure_tflite
+from edgeopt.compression.sparsity import SparsityConfig, sparsify
+from edgeopt.compression.teacher import input_permutation, runtime_teacher
+from edgeopt.compression.tflite_sparse import write_sparse_tflite
+from edgeopt.converters.onnx_keras import export_onnx, import_onnx
+from edgeopt.converters.onnx_to_tf import fixed_shapes, static_onnx
+from edgeopt.converters.tf_source import from_keras, run_converter
+from edgeopt.data import Preprocessing, load_dataset
 from edgeopt.errors import ConfigError, DataError
+from edgeopt.model import load_keras, load_model, with_input_shapes
+from edgeopt.validate import compare
 
-PATTERNS = ("structured", "2:4", "unstructured")
+PATTERNS = values(PrunePattern)
 OUTPUT_FORMATS = {".keras": "keras", ".tflite": "tflite", ".onnx": "onnx"}
-CRITERIA_NAMES = ("l1", "l2", "bn_scale", "activation", "taylor")
+CRITERIA_NAMES = values(PruneCriterion)
 VALIDATION_SAMPLES = 2048  # compared with the source on at most this many samples
 Progress = Callable[[str], None]
 
@@ -119,13 +131,9 @@ class Compressed:
 def trainable_model(handle, workdir: Path) -> Trainable:
     """A Keras model of ``handle`` whose layers own their weights (Keras or ONNX sources)."""
     if handle.format == "keras":
-        from edgeopt.model import load_keras
-
         return Trainable(load_keras(handle.path), "keras")
     if handle.format == "onnx":
         import onnx
-
-        from edgeopt.converters.onnx_keras import import_onnx
 
         proto = onnx.load(str(_static_onnx(handle, workdir)))
         imported = import_onnx(proto)
@@ -137,8 +145,6 @@ def trainable_model(handle, workdir: Path) -> Trainable:
 def _static_onnx(handle, workdir: Path) -> Path:
     """Dynamic batch -> 1, shapes propagated and shape subgraphs folded (onnxslim)."""
     import io
-
-    from edgeopt.converters.onnx_to_tf import fixed_shapes, static_onnx
 
     path = static_onnx(handle, workdir, fixed_shapes(handle), io.StringIO())
     return path or handle.path
@@ -180,8 +186,6 @@ def _single_input(handle) -> str:
 
 def _prune(trainable: Trainable, settings: CompressSettings, samples: np.ndarray | None,
            labels: np.ndarray | None, progress: Progress) -> tuple[Any, dict]:
-    from edgeopt.compression import PruneConfig, prune_structured
-
     target: Any = settings.prune
     if settings.recipe:
         target = read_prune_recipe(settings.recipe)
@@ -204,8 +208,6 @@ def _prune(trainable: Trainable, settings: CompressSettings, samples: np.ndarray
 
 def _sparsify(trainable: Trainable, settings: CompressSettings,
               progress: Progress) -> tuple[Any, dict]:
-    from edgeopt.compression.sparsity import SparsityConfig, sparsify
-
     sparsity = 0.5 if settings.pattern == "2:4" else float(settings.prune)
     progress(f"zeroing {sparsity:.0%} of the weights ({settings.pattern})")
     result = sparsify(trainable.model, SparsityConfig(sparsity, settings.pattern))
@@ -219,14 +221,10 @@ def _sparsify(trainable: Trainable, settings: CompressSettings,
 
 def _distill(handle, trainable: Trainable, student: Any, data, settings: CompressSettings,
              progress: Progress) -> dict:
-    from edgeopt.compression import DistillConfig, distill
-
     name = _single_input(handle)
     inputs = trainable.to_keras_layout(name, data.arrays[name]).astype("float32")
     config = DistillConfig(epochs=settings.epochs, seed=settings.seed)
     bar = _EpochBar(settings.epochs, progress)
-    from edgeopt.compression.teacher import runtime_teacher
-
     result = distill(runtime_teacher(handle.path, student), student, inputs, data.labels, config,
                      bar)
     return {"epochs_run": len(result.history) - 1, "best_epoch": result.best_epoch,
@@ -249,9 +247,6 @@ class _EpochBar:
 
 def _student(handle, settings: CompressSettings) -> Trainable:
     """The user's Keras student, fed samples in its own layout (the teacher may be NCHW)."""
-    from edgeopt.compression.teacher import input_permutation
-    from edgeopt.model import load_keras, load_model
-
     student_handle = load_model(settings.student)
     if student_handle.format != "keras":
         raise ConfigError(f"--student must be a .keras model (it is trained), not a "
@@ -275,8 +270,6 @@ def _distill_student(handle, data, settings: CompressSettings,
     trainable = _student(handle, settings)
     before = None
     if handle.format == "keras":
-        from edgeopt.model import load_keras
-
         before = int(load_keras(handle.path).count_params())
     record = {"pattern": "student", "student": Path(settings.student).name,
               "distillation": _distill(handle, trainable, trainable.model, data, settings,
@@ -326,19 +319,13 @@ def write_model(compressed: Compressed, fmt: str, workdir: Path) -> bytes:
         if compressed.trainable.source_format != "onnx":
             raise ConfigError("an .onnx output needs an .onnx input model (edgeopt does not "
                               "export Keras to ONNX); write .tflite or .keras")
-        from edgeopt.converters.onnx_keras import export_onnx
-
         return export_onnx(compressed.trainable.imported, compressed.model)
     if compressed.record["pattern"] in ("2:4", "unstructured"):
-        from edgeopt.compression.tflite_sparse import write_sparse_tflite
-
         sparse = write_sparse_tflite(compressed.model)
         compressed.record["tflite"] = {"sparse_format": sparse.sparse_format,
                                        "dense_bytes": sparse.dense_bytes,
                                        "sparse_bytes": sparse.sparse_bytes}
         return sparse.content
-    from edgeopt.converters.tf_source import from_keras, run_converter
-
     source = from_keras(compressed.model, workdir)
     return run_converter(source.converter(), "the compressed model")
 
@@ -363,16 +350,12 @@ def output_format(output: str) -> str:
 def _load_data(config: CompressConfig, handle, spec: str | None, role: str):
     if spec is None:
         return None
-    from edgeopt.data import Preprocessing, load_dataset
-
     prep = Preprocessing(mean=config.mean or (0.0,), std=config.std or (255.0,))
     return load_dataset(spec, handle.inputs, prep, role, config.settings.seed)
 
 
 def _bench_ms(content: bytes) -> float:
     """Median single-thread CPU time of one LiteRT invoke (XNNPACK on, as shipped)."""
-    from edgeopt.compression.measure import MeasureConfig, measure_tflite
-
     return float(measure_tflite(content, MeasureConfig(runs=30, min_secs=0.5)).latency.median)
 
 
@@ -384,9 +367,6 @@ def _baseline_tflite(handle, compressed: Compressed, workdir: Path) -> bytes | N
     if handle.format == "tflite":
         return handle.path.read_bytes()
     if handle.format == "keras":
-        from edgeopt.converters.tf_source import from_keras, run_converter
-        from edgeopt.model import load_keras
-
         return run_converter(from_keras(load_keras(handle.path), workdir).converter(),
                              "the teacher")
     return None
@@ -414,13 +394,9 @@ def _agreement(handle, compressed: Compressed, data, source: str) -> dict | None
     """Top-1 agreement (and accuracy with labels) of the compressed model with the source."""
     if data is None:
         return None
-    from edgeopt.validate import compare
-
     name = _single_input(handle)
     arrays = data.arrays[name][:VALIDATION_SAMPLES]
     labels = None if data.labels is None else data.labels[:VALIDATION_SAMPLES]
-    from edgeopt.compression.teacher import runtime_teacher
-
     teacher = runtime_teacher(handle.path, compressed.model)
     inputs = compressed.trainable.to_keras_layout(name, arrays).astype("float32")
     reference = [np.asarray(teacher(inputs))]
@@ -431,9 +407,6 @@ def _agreement(handle, compressed: Compressed, data, source: str) -> dict | None
 
 def compress(config: CompressConfig, progress: Progress) -> CompressResult:
     """Load, compress, (distill), write OUT atomically; raises EdgeoptError for bad input."""
-    from edgeopt.bundle import write_file_atomic
-    from edgeopt.model import load_model, with_input_shapes
-
     fmt = output_format(config.output)
     config.settings.check()
     handle = with_input_shapes(load_model(config.model), config.input_shapes)
@@ -497,61 +470,3 @@ def render_summary(result: CompressResult) -> str:
             rows.append((f"  {layer['layer']}", f"{layer['before']} -> {layer['after']} channels"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
-
-
-@click.command(epilog="\b\nExample:\n  edgeopt compress samples/digits_cnn.keras --prune 0.5 "
-               "--distill --data samples/images -o small.tflite")
-@click.argument("model")
-@click.option("--prune", type=float, default=None, help="Share to remove: of the MACs "
-              "(--structured, default), or of the weights (--unstructured).")
-@click.option("--structured", "pattern", flag_value="structured", default=True,
-              help="Remove whole channels: a smaller, faster model (default).")
-@click.option("--2:4", "pattern", flag_value="2:4", help="Zero two of every four weights.")
-@click.option("--unstructured", "pattern", flag_value="unstructured",
-              help="Zero the smallest weights anywhere.")
-@click.option("--criterion", type=click.Choice(CRITERIA_NAMES), default="l1",
-              help="Channel importance (structured): weight norms, BN scale, or data-driven "
-              "(activation, taylor; these use --data).")
-@click.option("--recipe", default=None, help="A prune recipe .toml: [prune] \"layer regex\" = "
-              "share of channels.")
-@click.option("--channel-multiple", type=int, default=8, show_default=True,
-              help="Pruned layers keep a multiple of this many channels: CPU and NPU kernels "
-              "work in tiles, so 66 channels cost what 80 do.")
-@click.option("--student", default=None, help="Distill into this smaller .keras model "
-              "instead of pruning (the teacher, MODEL, may be any format).")
-@click.option("--distill", is_flag=True, help="Train the compressed model to match the "
-              "original on --data (labels used when the data has them).")
-@click.option("--data", default=None, help="Sample inputs: an image folder, .npz or .npy.")
-@click.option("--eval", "eval_data", default=None, help="Held-out data to compare the "
-              "compressed model with the original on (default: --data).")
-@click.option("--epochs", type=int, default=20, help="Distillation epochs at most (early "
-              "stopping on a held-back fifth).")
-@click.option("--mean", default=None, help="Image normalisation mean on 0..255 pixels.")
-@click.option("--std", default=None, help="Image normalisation std on 0..255 pixels.")
-@click.option("--input-shape", "input_shapes", multiple=True, help="Fix an input's dynamic "
-              "dimensions, e.g. x:1,3,48,192.")
-@click.option("-o", "--output", required=True, help="The model to write: .keras, .tflite or "
-              ".onnx (ONNX inputs).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def compress_command(model, prune, pattern, criterion, recipe, channel_multiple, student,
-                     distill, data, eval_data, epochs, mean, std, input_shapes, output,
-                     as_json):
-    """Prune (remove channels) or sparsify MODEL, and distill it back from the original."""
-    from edgeopt.cli import emit_json, step_progress
-    from edgeopt.options import comma_floats
-    from edgeopt.quiet import library_output_to_log
-
-    settings = CompressSettings(prune=prune, pattern=pattern, criterion=criterion,
-                                recipe=recipe, distill=distill or student is not None,
-                                epochs=epochs, channel_multiple=channel_multiple,
-                                student=student)
-    settings.check()
-    output_format(output)
-    config = CompressConfig(model, output, settings, data, comma_floats(mean), comma_floats(std),
-                            tuple(input_shapes), eval_data)
-    with library_output_to_log(), step_progress(as_json) as progress:
-        result = compress(config, progress)
-    if as_json:
-        emit_json({"output": str(result.output), **result.record})
-    else:
-        click.echo(render_summary(result))

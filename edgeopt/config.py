@@ -14,32 +14,41 @@ bundle's `edgeopt.toml` (which holds the config that made it) rebuilds it from a
 an error naming the key and the file.
 
     >>> cfile = load_config_file("edgeopt.toml")                       # doctest: +SKIP
-    >>> resolve_build({"device": "coral-usb"}, cfile).sources["device"]  # doctest: +SKIP
-    'command line'
+    >>> cfile.build["device"], cfile.commands["bench"]["runs"]           # doctest: +SKIP
+    ('coral-usb', 20)
+
+Reading a file's tables into each command's defaults (checked with the option's own type,
+paths made relative to the file) and saying where each value came from is the CLI's job:
+edgeopt.cli.defaults, through click's `default_map` and parameter sources.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 import tomllib
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from types import UnionType
-from typing import Union, get_args, get_origin, get_type_hints
 
+from edgeopt.choices import ArtifactFormat, RangeMethod, values
+from edgeopt.compress import CompressSettings
+from edgeopt.devices.profile import profile_names
 from edgeopt.errors import ConfigError
 
 CONFIG_NAME = "edgeopt.toml"
 DEFAULT_DEVICE = "host-cpu"
 ALL_DEVICES = "all"
-COMMAND_LINE = "command line"
 DEFAULT = "default"
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; /dev/zero is not one
+MAX_RECURSION = 2000  # Python's default is 1000; some libraries raise it far higher
 PATH_FIELDS = ("model", "output", "calib", "eval", "prune_recipe", "labels")
 # Values that are a name or a path: treated as a path when they look like one.
 NAME_OR_PATH_FIELDS = ("device", "recipe")
 NOT_PATHS = ("random", ALL_DEVICES, "")
-METHODS = ("auto", "minmax", "percentile", "mse", "entropy", "converter")
+METHODS = values(RangeMethod)
+FORMATS = values(ArtifactFormat)
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,8 @@ class BuildConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.format not in ("tflite", "onnx"):
-            raise ConfigError(f"format must be tflite or onnx, got {self.format!r}")
+        if self.format not in FORMATS:
+            raise ConfigError(f"format must be {' or '.join(FORMATS)}, got {self.format!r}")
         if not 0 < self.eval_fraction < 1:
             raise ConfigError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
         if self.parity_samples < 1:
@@ -86,8 +95,6 @@ class BuildConfig:
         """Checked before any model is loaded (the same rules as `edgeopt compress`)."""
         if self.prune is None and self.prune_recipe is None and not self.distill:
             return
-        from edgeopt.compress import CompressSettings
-
         if self.distill and self.prune is None and self.prune_recipe is None:
             raise ConfigError("--distill trains a pruned model: give --prune R or "
                               "--prune-recipe FILE too")
@@ -95,6 +102,9 @@ class BuildConfig:
                          recipe=self.prune_recipe, distill=self.distill,
                          epochs=self.distill_epochs,
                          channel_multiple=self.prune_channel_multiple).check()
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
     def toml_values(self, base: Path) -> dict:
         """The fields worth writing, paths relative to `base` (None and empty left out)."""
@@ -157,14 +167,6 @@ def _relative(key: str, value, base: Path):
     return list(value) if isinstance(value, tuple) else value
 
 
-def _rebased(key: str, value, folder: Path):
-    """A path from a file in `folder`, made usable from the current folder."""
-    def join(path: str) -> str:
-        return path if os.path.isabs(path) else os.path.normpath(os.path.join(folder, path))
-
-    return _map_paths(key, value, join)
-
-
 # --- devices ----------------------------------------------------------------------------
 
 def _device_items(spec: str) -> list[str]:
@@ -178,8 +180,6 @@ def device_names(spec: str) -> tuple[str, ...]:
     artifact on the Coral; `all` stands for every shipped profile. The first device named
     (not `all`) is the build target; `all` alone builds for the default, host-cpu.
     """
-    from edgeopt.devices.profile import profile_names
-
     items = _device_items(spec)
     named = [item for item in items if item != ALL_DEVICES]
     primary = named[0] if named else DEFAULT_DEVICE
@@ -218,105 +218,38 @@ def load_config_file(path: str | os.PathLike) -> ConfigFile:
     """Read a config file; keys outside any table belong to `build`."""
     file = Path(path)
     try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        raw = _parse(_read_text(file))
     except FileNotFoundError as exc:
         raise ConfigError(f"config file not found: {file}") from exc
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {file}: {exc}") from exc
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+        detail = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise ConfigError(f"cannot read config file {file}: {detail}") from exc
     build = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
     build.update(tables.pop("build", {}))
     return ConfigFile(file, build, tables)
 
 
-def read_config_file(path: str | os.PathLike) -> dict:
-    """The build values of a config file, checked, paths usable from the current folder."""
-    return build_values(load_config_file(path))
+def _parse(text: str) -> dict:
+    """tomllib recurses per nesting level: with the limit some libraries raise, 50,000
+    nested arrays would exhaust the C stack, so parse under the usual limit."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(limit, MAX_RECURSION))
+    try:
+        return tomllib.loads(text)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
-BUILD_FIELDS = {f.name: f for f in fields(BuildConfig)}
-
-
-# Flag spellings that differ from the field they set.
-BUILD_ALIASES = {"input_shape": "input_shapes"}
-
-
-def _key(name: str) -> str:
-    key = name.replace("-", "_")
-    return BUILD_ALIASES.get(key, key)
-
-
-def build_values(cfile: ConfigFile) -> dict:
-    values = {}
-    for raw_key, value in cfile.build.items():
-        key = _key(raw_key)
-        values[key] = _rebased(key, _coerce(key, value, cfile.path), cfile.path.parent)
-    return values
-
-
-def _field_type(name: str):
-    """The field's type without its `| None`: str, int, float, bool or tuple[X, ...]."""
-    hint = get_type_hints(BuildConfig)[name]
-    if get_origin(hint) in (Union, UnionType):
-        hint = next(a for a in get_args(hint) if a is not type(None))
-    return hint
-
-
-_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
-
-
-def _scalar(kind: type, value):
-    """`value` as `kind`, or None when it is not one (a bool is never a number here)."""
-    if isinstance(value, bool) != (kind is bool):
-        return None
-    if kind is float and isinstance(value, (int, float)):
-        return float(value)
-    return value if isinstance(value, kind) else None
-
-
-def _coerce(name: str, value, path: Path):
-    """A file value checked against the type of the BuildConfig field it sets."""
-    if name not in BUILD_FIELDS:
-        raise ConfigError(f"config file {path}: unknown key '{name}' in [build]; known: "
-                          f"{', '.join(BUILD_FIELDS)}")
-    kind = _field_type(name)
-    if get_origin(kind) is tuple:  # a list in the file; one value stands for a list of one
-        item = get_args(kind)[0]
-        items = [_scalar(item, v) for v in (value if isinstance(value, list) else [value])]
-        if any(v is None for v in items):
-            raise ConfigError(f"config file {path}: key '{name}' must be "
-                              f"{_KIND_NAMES[item]} or a list of them, got {value!r}")
-        return tuple(items)
-    checked = _scalar(kind, value)
-    if checked is None:
-        raise ConfigError(f"config file {path}: key '{name}' must be {_KIND_NAMES[kind]}, "
-                          f"got {value!r}")
-    return checked
-
-
-@dataclass(frozen=True)
-class ResolvedBuild:
-    config: BuildConfig
-    sources: dict[str, str]  # field -> 'command line', the config file's path, or 'default'
-    file: Path | None = None
-
-    def to_json(self) -> dict:
-        return {**asdict(self.config), "sources": self.sources,
-                "config_file": str(self.file) if self.file else None}
-
-
-def resolve_build(flag_values: dict, cfile: ConfigFile | None = None) -> ResolvedBuild:
-    """Flags given on the command line win over the file; the file over the defaults."""
-    file_values = build_values(cfile) if cfile else {}
-    flags = {k: v for k, v in flag_values.items() if v is not None}
-    merged = {**file_values, **flags}
-    if "model" not in merged:
-        raise ConfigError("no model given (pass MODEL, or 'model' in edgeopt.toml or a "
-                          "--config file)")
-    sources = {name: (COMMAND_LINE if name in flags else
-                      str(cfile.path) if cfile and name in file_values else DEFAULT)
-               for name in BUILD_FIELDS}
-    return ResolvedBuild(BuildConfig(**merged), sources, cfile.path if cfile else None)
+def _read_text(file: Path) -> str:
+    """A regular file of at most MAX_CONFIG_BYTES (not a device, a FIFO or a folder)."""
+    with open(file, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ConfigError(f"config file {file} is not a regular file")
+        data = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {file} is larger than {MAX_CONFIG_BYTES >> 10} KiB")
+    return data.decode("utf-8")
 
 
 def with_scheme(config: BuildConfig, scheme: str) -> BuildConfig:

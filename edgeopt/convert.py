@@ -6,11 +6,13 @@ import tempfile
 from pathlib import Path
 
 from edgeopt.bundle import write_file_atomic
+from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import load_dataset
 from edgeopt.errors import ConversionError
 from edgeopt.model import load_model
 from edgeopt.runtime import LayoutAdapter, TFLiteRunner, make_runner, run_dataset
+from edgeopt.tflite_metadata import check_labels_file, converted_with_metadata
 
 PARITY_SAMPLES = 16
 
@@ -18,9 +20,6 @@ PARITY_SAMPLES = 16
 def convert_to_file(model: str, output: Path, samples: str = "random",
                     progress=lambda _msg: None, labels: str | None = None) -> dict:
     """Convert `model` to a float `.tflite` at `output`; returns the conversion record."""
-    from edgeopt.converters.float_tflite import to_float_tflite
-    from edgeopt.tflite_metadata import check_labels_file, converted_with_metadata
-
     if output.is_dir():
         raise ConversionError(f"output {output} is a folder; give a .tflite file name")
     handle = load_model(model)

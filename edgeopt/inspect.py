@@ -13,25 +13,25 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.delegates import place_for_device
+from edgeopt.devices.profile import all_profiles, load_profile
 from edgeopt.graph import Graph
 from edgeopt.model import ModelHandle, load_model
+from edgeopt.onnx_reader import read_onnx
+from edgeopt.tflite_reader import read_tflite
 
 
 def _tflite_bytes(handle: ModelHandle) -> bytes:
     """The .tflite a device would run: the file itself, or the float conversion."""
     if handle.format == "tflite":
         return handle.path.read_bytes()
-    from edgeopt.converters.float_tflite import to_float_tflite
-
     with tempfile.TemporaryDirectory(prefix="edgeopt-inspect-") as tmp:
         return to_float_tflite(handle, Path(tmp)).tflite
 
 
 def placement_record(handle: ModelHandle, device: str) -> dict:
     """Per-op placement on one device, or one summary line per device for `all`."""
-    from edgeopt.delegates import place_for_device
-    from edgeopt.devices.profile import all_profiles, load_profile
-
     tflite = _tflite_bytes(handle)
     if device == "all":
         lines = []
@@ -48,16 +48,9 @@ def placement_record(handle: ModelHandle, device: str) -> dict:
 def graph_of(handle: ModelHandle) -> tuple[Graph, str]:
     """The graph and what it was read from."""
     if handle.format == "tflite":
-        from edgeopt.tflite_reader import read_tflite
-
         return read_tflite(handle.path), "the .tflite flatbuffer"
     if handle.format == "onnx":
-        from edgeopt.onnx_reader import read_onnx
-
         return read_onnx(handle.path), "the ONNX graph"
-    from edgeopt.converters.float_tflite import to_float_tflite
-    from edgeopt.tflite_reader import read_tflite
-
     with tempfile.TemporaryDirectory(prefix="edgeopt-inspect-") as tmp:
         conversion = to_float_tflite(handle, Path(tmp))
     return read_tflite(conversion.tflite), f"its float .tflite conversion ({conversion.converter})"

@@ -11,39 +11,39 @@ Both return a `QuantResult` whose model the real runtime has loaded and run.
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import click
 import numpy as np
 
 from edgeopt.calibration.config import (
-    BLOCK_SIZES,
-    IO_DTYPES,
     QuantConfig,
     QuantResult,
     Scheme,
-    WeightMethod,
 )
+from edgeopt.calibration.engine import open_format, quantize_with
+from edgeopt.calibration.recipes import load_recipe
+from edgeopt.calibration.report import render_layer_chart
+from edgeopt.choices import RangeMethod, values
+from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.data import Preprocessing, load_dataset, split_holdout
 from edgeopt.errors import ConfigError
-from edgeopt.options import comma_floats
+from edgeopt.model import load_model, tflite_interpreter
+from edgeopt.tflite_metadata import check_labels_file, with_quantize_metadata
 
 Progress = Callable[[str], None]
-RANGE_METHODS = ("auto", "minmax", "percentile", "mse", "entropy")
+RANGE_METHODS = values(RangeMethod, RangeMethod.CONVERTER)
 DEFAULT_CONFIG = QuantConfig()
-EXAMPLE = ("edgeopt quantize samples/digits_cnn.onnx --calib samples/digits_calib.npz "
-           "--scheme w4a8 --method auto -o digits_w4a8.onnx --json")
-
 
 def quantize_tflite(float_tflite: bytes, calib: dict[str, np.ndarray],
                     config: QuantConfig = DEFAULT_CONFIG, evaluation: dict | None = None,
                     labels: np.ndarray | None = None,
                     progress: Progress | None = None) -> QuantResult:
     """Quantize a float `.tflite`; ai-edge-quantizer writes the result."""
-    from edgeopt.calibration.engine import open_format, quantize_with
-
     fmt = open_format("tflite", bytes(float_tflite), config.num_threads)
     return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress)
 
@@ -53,8 +53,6 @@ def quantize_onnx(onnx_path: str | os.PathLike | bytes, calib: dict[str, np.ndar
                   labels: np.ndarray | None = None,
                   progress: Progress | None = None) -> QuantResult:
     """Quantize an `.onnx` model; onnxruntime.quantization writes the result."""
-    from edgeopt.calibration.engine import open_format, quantize_with
-
     source = onnx_path if isinstance(onnx_path, bytes) else Path(onnx_path)
     fmt = open_format("onnx", source, config.num_threads)
     return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress)
@@ -73,8 +71,6 @@ def _maybe(arrays: dict | None) -> dict | None:
 
 def build_config(options: dict) -> QuantConfig:
     """Flags over recipe defaults over QuantConfig defaults: one config object."""
-    from edgeopt.calibration.recipes import load_recipe
-
     recipe = load_recipe(options["recipe"]) if options.get("recipe") else None
     scheme = options.get("scheme") or (recipe.scheme if recipe else None) or Scheme.W8A8
     method = options.get("method") or (recipe.method if recipe else None) or "auto"
@@ -87,8 +83,6 @@ def build_config(options: dict) -> QuantConfig:
 
 
 def _data(handle, options: dict):
-    from edgeopt.data import Preprocessing, load_dataset, split_holdout
-
     prep = Preprocessing(mean=options.get("mean") or (0.0,), std=options.get("std") or (255.0,))
     calib = load_dataset(options["calib"], handle.inputs, prep, "calibration")
     if options.get("eval"):
@@ -102,8 +96,6 @@ def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple
     """The float .tflite and the permutations from the source layout to its layout."""
     if handle.format == "tflite":
         return handle.path.read_bytes(), {}
-    from edgeopt.converters.float_tflite import to_float_tflite
-
     samples = {k: v[:8] for k, v in calib.arrays.items()}
     conversion = to_float_tflite(handle, workdir, samples)
     return conversion.tflite, dict(conversion.input_perms)
@@ -116,8 +108,6 @@ def _permuted(arrays: dict, perms: dict) -> dict:
 
 def _keyed(arrays: dict, float_tflite: bytes) -> dict:
     """Source input names -> the .tflite's signature names (by position when they differ)."""
-    from edgeopt.model import tflite_interpreter
-
     interpreter = tflite_interpreter(float_tflite)
     signatures = interpreter.get_signature_list()
     names = next(iter(signatures.values()))["inputs"] if signatures else []
@@ -128,13 +118,10 @@ def _keyed(arrays: dict, float_tflite: bytes) -> dict:
 
 def quantize_file(options: dict, progress: Progress | None = None) -> dict:
     """Load MODEL and data, quantize, write OUTPUT atomically; returns the JSON record."""
-    from edgeopt.model import load_model
-
     output = Path(options["output"])
     config = build_config(options)
     handle = load_model(options["model"])
     if output.suffix != ".onnx":
-        from edgeopt.tflite_metadata import check_labels_file
         check_labels_file(options.get("labels"), handle)
     calib, evaluation = _data(handle, options)
     if output.suffix == ".onnx":
@@ -145,8 +132,6 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
                                evaluation.arrays if evaluation else None,
                                evaluation.labels if evaluation else None, progress)
     else:
-        from edgeopt.tflite_metadata import with_quantize_metadata
-
         result = _to_tflite(handle, calib, evaluation, config, progress)
         result = with_quantize_metadata(result, handle, options, calib)
     _write_atomically(output, result.model)
@@ -158,8 +143,6 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
 
 def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> QuantResult:
     """Convert to a float .tflite when needed, move the data to its layout, quantize."""
-    import tempfile
-
     if progress:
         progress("converting to a float .tflite")
     with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
@@ -180,10 +163,6 @@ def _write_atomically(path: Path, content: bytes) -> None:
 
 def report_page(result: QuantResult) -> str:
     """A small standalone HTML page: the layer chart and the validation figures."""
-    import html
-
-    from edgeopt.calibration.report import render_layer_chart
-
     validation = html.escape(json.dumps(result.validation, indent=2, default=str))
     return (f"<!doctype html><meta charset='utf-8'><title>edgeopt quantize</title>"
             f"<h1>{html.escape(result.scheme)} ({html.escape(result.format)})</h1>"
@@ -191,7 +170,7 @@ def report_page(result: QuantResult) -> str:
             f"<pre>{validation}</pre>")
 
 
-# --- the click command (registered by edgeopt.cli) ------------------------------------
+# --- the text summary of `edgeopt quantize` ---------------------------------------------
 
 def summary(record: dict) -> str:
     validation = record.get("validation") or {}
@@ -214,55 +193,5 @@ def _fmt(value) -> str:
     return "—" if value is None else f"{value:.4g}"
 
 
-@click.command("quantize", epilog=f"\b\nExample:\n  {EXAMPLE}")
-@click.argument("model")
-@click.option("--calib", required=True, help="Calibration data: .npz, .npy or an image folder.")
-@click.option("--eval", "eval_data", default=None, help="Evaluation data (labels optional); "
-              "default: the calibration data (a held-back quarter with --accuracy-budget).")
-@click.option("-o", "--output", required=True, help="Quantized model to write: .tflite "
-              "(ai-edge-quantizer) or .onnx (onnxruntime QDQ).")
-@click.option("--scheme", type=click.Choice([s.value for s in Scheme]), default=None,
-              help="w8a8 (default), w4a8, w4a16/w4afp32 (weight-only), dynamic, fp16, float.")
-@click.option("--method", type=click.Choice(RANGE_METHODS), default=None,
-              help="Activation range estimator (default auto: the best measured).")
-@click.option("--weight-method", type=click.Choice([m.value for m in WeightMethod]),
-              default=None, help="rtn or gptq (default: gptq for int4, rtn for int8).")
-@click.option("--block-size", type=click.Choice([str(b) for b in BLOCK_SIZES]), default=None,
-              help="int4 blocks for dense layers (weight-only schemes).")
-@click.option("--recipe", default=None, help="A recipe .toml or a built-in recipe name.")
-@click.option("--accuracy-budget", type=float, default=None, help="Allowed top-1 drop in "
-              "points (labelled eval data), else an output-SQNR floor in dB.")
-@click.option("--io-dtype", type=click.Choice(IO_DTYPES), default=None,
-              help="Model input/output type of full-integer models (default float32).")
-@click.option("--mean", default=None, help="Image normalisation mean on 0..255 pixels.")
-@click.option("--std", default=None, help="Image normalisation std on 0..255 pixels.")
-@click.option("--labels", default=None, help="Class names, one per line: packed into a "
-              ".tflite as its TFLite-metadata label file (default: the image folder's classes).")
-@click.option("--no-bias-correction", is_flag=True, help="Keep the rounded weights' biases.")
-@click.option("--report", default=None, help="Also write an HTML page with the layer chart.")
-@click.option("--dry-run", is_flag=True, help="Print the resolved config and exit.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object on stdout and nothing else there.")
-def quantize_command(model, calib, eval_data, output, scheme, method, weight_method, block_size,
-                     recipe, accuracy_budget, io_dtype, mean, std, labels, no_bias_correction,
-                     report, dry_run, as_json):
-    """Quantize MODEL with edgeopt's calibration core and check it in the real runtime."""
-    options = {"model": model, "calib": calib, "eval": eval_data, "output": output,
-               "scheme": scheme, "method": method, "weight_method": weight_method,
-               "block_size": int(block_size) if block_size else None, "recipe": recipe,
-               "accuracy_budget": accuracy_budget, "io_dtype": io_dtype,
-               "mean": comma_floats(mean), "std": comma_floats(std),
-               "bias_correction": not no_bias_correction, "report": report, "labels": labels}
-    if dry_run:
-        click.echo(json.dumps(build_config(options).to_json(), indent=2))
-        return
-    from edgeopt.quiet import library_output_to_log
-
-    progress = (lambda _m: None) if as_json else (lambda m: click.echo(f"• {m}", err=True))
-    with library_output_to_log():
-        record = quantize_file(options, progress)
-    click.echo(json.dumps(record, indent=2, default=str) if as_json else summary(record))
-
-
-__all__ = ["QuantConfig", "QuantResult", "quantize_tflite", "quantize_onnx", "quantize_file",
-           "quantize_command"]
+__all__ = ["QuantConfig", "QuantResult", "quantize_file", "quantize_onnx", "quantize_tflite",
+           "summary"]

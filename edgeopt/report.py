@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 
 from edgeopt import report_svg as svg
+from edgeopt.report_compression import compression_body
 from edgeopt.report_svg import Bar
 
 _CSS = """
@@ -300,8 +301,6 @@ def _compression(m: dict) -> str:
     record = m.get("compression")
     if not record:
         return ""
-    from edgeopt.report_compression import compression_body
-
     return _section("compression", "Compression", compression_body(record))
 
 

@@ -27,6 +27,7 @@ _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "
           "cyan": "36"}
 _TICK_S = 0.1
 _BAR_CELLS = 24
+_EVERY_LINE_UP_TO = 20  # counts up to this long print every step in a log
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -88,6 +89,7 @@ class StepProgress:
         self._label: str | None = None
         self._detail = ""
         self._count: tuple[int, int] | None = None
+        self._tenth = 0
         self._started = 0.0
         self._frame = 0
 
@@ -103,16 +105,26 @@ class StepProgress:
                 self._count = int(counted["done"]), int(counted["total"])
                 if self.live:
                     self._draw()
-                else:
+                elif self._worth_a_line(*self._count):
                     self._write(f"• {message}\n")
                 return
             self._finish(ok=True)
-            self._label, self._detail, self._count = message, "", None
+            self._label, self._detail, self._count, self._tenth = message, "", None, 0
             self._started = time.monotonic()
             if not self.live:
                 self._write(f"• {message}\n")
             else:
                 self._draw()
+
+    def _worth_a_line(self, done: int, total: int) -> bool:
+        """In a log, a long count (a bench's 1000 runs) gets a line per tenth, not per item."""
+        if total <= _EVERY_LINE_UP_TO or done >= total:
+            return True
+        tenth = 10 * done // total
+        if tenth == self._tenth:
+            return False
+        self._tenth = tenth
+        return True
 
     # -- the context manager -------------------------------------------------------------
 

@@ -11,8 +11,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from edgeopt.converters.parity import cosine_similarity
-
 
 def sqnr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
     """Signal-to-quantization-noise ratio in dB; +inf when identical."""
@@ -39,6 +37,15 @@ def top1_agreement(reference: np.ndarray, candidate: np.ndarray) -> float | None
         return None
     same = reference.argmax(1) == candidate.argmax(1)
     return float(np.mean(same[decided]))
+
+
+def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine of two arrays as flat vectors (1.0 for two zero arrays)."""
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    norm = np.linalg.norm(a) * np.linalg.norm(b)
+    if norm == 0:
+        return 1.0 if np.array_equal(a, b) else 0.0
+    return float(np.dot(a, b) / norm)
 
 
 @dataclass(frozen=True)

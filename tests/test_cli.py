@@ -65,12 +65,12 @@ def test_usage_errors_are_one_line(run_cli):
 
 
 def test_internal_errors_are_one_line_and_debug_shows_traceback(monkeypatch, run_cli):
-    from edgeopt.devices import profile
+    from edgeopt.cli import devices
 
     def broken():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(profile, "all_profiles", broken)
+    monkeypatch.setattr(devices, "all_profiles", broken)
     result = run_cli("devices")
     assert result.exit_code == 1 and result.stderr.startswith("edgeopt: error: internal error")
     assert "Traceback" not in result.stderr
@@ -111,3 +111,39 @@ def test_completion_lists_commands():
     out = subprocess.run([sys.executable, "-m", "edgeopt.cli"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert "build" in out.stdout
+
+
+def _all_commands(group, path=()):
+    for name, command in group.commands.items():
+        yield (*path, name), command
+        if hasattr(command, "commands"):
+            yield from _all_commands(command, (*path, name))
+
+
+def test_every_command_and_subcommand_has_help_an_example_and_json(run_cli):
+    from edgeopt.cli import cli
+
+    commands = dict(_all_commands(cli))
+    assert ("devices", "calibrate") in commands and ("completion",) in commands
+    for path, command in commands.items():
+        name = " ".join(path)
+        assert command.help and command.epilog, name
+        assert "--json" in {o for p in command.params for o in getattr(p, "opts", [])}, name
+        result = run_cli(*path, "--help")
+        assert result.exit_code == 0, name
+        assert "Example:" in result.stdout and f"edgeopt {name}" in result.stdout, name
+
+
+def test_completion_json_is_one_object_with_the_script(run_cli):
+    result = run_cli("completion", "zsh", "--json")
+    assert result.exit_code == 0 and result.stderr == ""
+    record = json.loads(result.stdout)
+    assert record["shell"] == "zsh" and "compdef" in record["script"]
+    assert record["script"].rstrip("\n") == run_cli("completion", "zsh").stdout.rstrip("\n")
+
+
+def test_python_dash_m_edgeopt_is_the_cli():
+    out = subprocess.run([sys.executable, "-m", "edgeopt", "devices", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert {d["name"] for d in json.loads(out.stdout)["devices"]} == SHIPPED

@@ -74,24 +74,32 @@ def test_text_dry_run_is_toml_with_the_source_of_each_value(run_cli, project):
     assert tomllib.loads(result.stdout)["build"]["seed"] == 3
 
 
-def test_a_bundle_config_rebuilds_from_any_folder(project, monkeypatch):
-    from edgeopt.config import BuildConfig, read_config_file
+def test_a_bundle_config_rebuilds_from_any_folder(run_cli, project, monkeypatch):
+    from dataclasses import asdict
+
+    from edgeopt.config import BuildConfig
 
     config = BuildConfig(model=str(SAMPLES / "digits_cnn.onnx"), device="pixel-npu",
                          output=str(project / "dist"), calib=str(SAMPLES / "digits_calib.npz"),
-                         mean=(0.5,), input_shapes=("image:1,1,32,32",))
+                         mean=(0.5,), input_shapes=("image:1,1,32,32",), seed=4,
+                         eval_fraction=0.25, labels=str(SAMPLES / "labels.txt"),
+                         prune=0.5, prune_recipe=str(project / "prune.toml"))
     file = project / "dist" / "edgeopt.toml"
     file.parent.mkdir()
     file.write_text(config.to_toml(file.parent))
     monkeypatch.chdir(SAMPLES)
-    values = read_config_file(file)
-    assert BuildConfig(**values) == config
+    resolved = _dry_run(run_cli, "build", "--config", file)
+    assert {k: resolved[k] for k in asdict(config)} == json.loads(json.dumps(asdict(config)))
+    assert resolved["sources"]["seed"] == str(file) and resolved["sources"]["scheme"] == "default"
 
 
 @pytest.mark.parametrize("text, fragment", [
     ('[build]\nmodel = "m.onnx"\nbogus = 1\n', "unknown key 'bogus' in [build]"),
-    ('[build]\nmodel = "m.onnx"\nseed = "three"\n', "key 'seed' must be an integer"),
-    ('[build]\nmodel = "m.onnx"\nmean = ["a"]\n', "key 'mean' must be a number or a list"),
+    ('[build]\nmodel = "m.onnx"\nseed = "three"\n', "[build] seed must be a number"),
+    ('[build]\nmodel = "m.onnx"\nseed = 1.5\n', "[build] seed must be an integer"),
+    ('[build]\nmodel = "m.onnx"\nmean = ["a"]\n', "[build] mean: invalid value"),
+    ('[build]\nmodel = "m.onnx"\ndistill = "yes"\n', "[build] distill must be true or false"),
+    ('[build]\nmodel = 3\n', "[build] model: invalid value"),
     ('[bench]\nrunz = 3\n', "unknown key 'runz' in [bench]"),
     ('[bench]\nruns = "many"\n', "[bench] runs"),
     ('[devices.calibrate]\nnope = 1\n', "unknown key 'nope' in [devices.calibrate]"),
@@ -117,6 +125,9 @@ def test_other_commands_take_their_table_as_defaults(run_cli, project):
     config = _dry_run(run_cli, *args)  # --calib and -o are required: the file gave them
     assert config["method"] == "mse" and config["recipe"] == "mine"
     assert config["scheme"] == "w4afp32"
+    file = str(project / "conf" / "edgeopt.toml")
+    assert config["sources"]["method"] == file and config["sources"]["scheme"] == "default"
+    assert config["sources"]["model"] == "command line"
     assert _dry_run(run_cli, *args, "--method", "percentile")["method"] == "percentile"
 
 
@@ -162,3 +173,49 @@ def test_bench_runs_with_the_file_defaults(run_cli, project, tiny_float_tflite):
     assert json.loads(result.stdout)["runs"] == 7
     result = run_cli("bench", tiny_float_tflite, "--runs", "3", "--json")
     assert json.loads(result.stdout)["runs"] == 3
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('[build]\nbogus = 1\n', "unknown key 'bogus' in [build]"),
+    ('[build]\nseed = "three"\n', "[build] seed must be a number"),
+    ('[inspect]\ndevice = 3\n', "[inspect] device: invalid value"),
+    ('[estimate]\ntop = -1\n', "[estimate] top"),
+])
+def test_every_command_checks_the_whole_file(run_cli, project, tiny_onnx_path, text, fragment):
+    """`--config F inspect` used to ignore unknown keys and wrong types in [build]."""
+    config = project / "conf.toml"
+    config.write_text(text)
+    assert_user_error(run_cli("--config", config, "inspect", tiny_onnx_path), fragment)
+    assert str(config) in run_cli("--config", config, "inspect", tiny_onnx_path).stderr
+
+
+def test_paths_in_any_table_are_relative_to_the_file(run_cli, project, tiny_keras_path):
+    """[compress] data and student were read relative to the current folder, while
+    [build] calib was relative to the file: the file's type of value now decides."""
+    conf = project / "conf"
+    conf.mkdir()
+    (conf / "edgeopt.toml").write_text('[compress]\ndata = "missing.npz"\nprune = 0.5\n'
+                                       'output = "small.tflite"\n')
+    result = run_cli("--config", conf / "edgeopt.toml", "compress", tiny_keras_path)
+    assert_user_error(result, str(conf / "missing.npz"))
+    assert not (project / "small.tflite").exists() and not (conf / "small.tflite").exists()
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda p: Path("/dev/zero"), "is not a regular file"),
+    (lambda p: (os.mkfifo(p / "fifo"), p / "fifo")[1], "is not a regular file"),
+    (lambda p: (p / "big.toml").write_text("# " + "x" * (2 << 20)) and p / "big.toml",
+     "larger than"),
+    (lambda p: (p / "deep.toml").write_text("x = " + "[" * 50000 + "]" * 50000)
+     and p / "deep.toml", "cannot read config file"),
+])
+def test_config_files_are_small_regular_files(run_cli, project, make, fragment):
+    """`--config /dev/zero` read 8 GiB, a FIFO blocked, deep nesting crashed (issue 14),
+    also after a library raised the recursion limit (TensorFlow's importers do)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(200_000)
+    try:
+        result = run_cli("--config", make(project), "devices")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert_user_error(result, fragment)

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 from test_estimate import conv_chain
 
+from edgeopt.cli.devices import calibrate_command
 from edgeopt.devices.calibrate import CalibrationConfig, calibrate
-from edgeopt.devices.commands import calibrate_command
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.fit import FitConfig, Sample, apply_values, fit_profile
 from edgeopt.devices.profile import load_profile

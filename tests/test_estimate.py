@@ -11,7 +11,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from edgeopt.devices.commands import estimate_command
+from edgeopt.cli.estimate import command as estimate_command
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import load_profile
 from edgeopt.devices.tflite_writer import GraphWriter

@@ -4,32 +4,16 @@ from __future__ import annotations
 
 import json
 
-import click
 import numpy as np
 import pytest
 
 from conftest import SAMPLES, assert_user_error
-from edgeopt.quantize import quantize_command
 
 
 @pytest.fixture
-def run(capsys):
-    from edgeopt.cli import EdgeoptGroup
-
-    @click.group(cls=EdgeoptGroup)
-    def group():
-        """edgeopt with the quantize command registered."""
-
-    group.add_command(quantize_command)
-
-    def invoke(*args):
-        from conftest import CliResult
-
-        code = group.main([str(a) for a in args], standalone_mode=False)
-        out, err = capsys.readouterr()
-        return CliResult(code, out, err)
-
-    return invoke
+def run(run_cli):
+    """`edgeopt ARGS` (the tests name the quantize command themselves)."""
+    return run_cli
 
 
 @pytest.fixture(scope="module")

@@ -179,3 +179,17 @@ def test_build_json_is_quiet(tiny_float_tflite, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert json.loads(result.stdout)["bundle"] == str(tmp_path / "d")
+
+
+def test_a_long_count_in_a_log_prints_a_line_per_tenth():
+    """bench reports every timed run; a CI log gets ten lines for 1000 runs, not 1000."""
+    from edgeopt.terminal import StepProgress
+
+    stream = io.StringIO()
+    with StepProgress(stream) as progress:
+        progress("timing tiny.tflite")
+        for done in range(1, 1001):
+            progress(f"tiny.tflite ({done}/1000)")
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "• timing tiny.tflite" and lines[-1] == "• tiny.tflite (1000/1000)"
+    assert len(lines) == 11

@@ -1,0 +1,5 @@
+"""`python -m edgeopt.cli`, the same as `edgeopt`."""
+
+from edgeopt.cli.app import main
+
+main()
