@@ -363,10 +363,11 @@ def output_format(output: str) -> str:
 def _load_data(config: CompressConfig, handle, spec: str | None, role: str):
     if spec is None:
         return None
-    from edgeopt.data import Preprocessing, load_dataset
+    from edgeopt.data import DataSpec, load_data
 
-    prep = Preprocessing(mean=config.mean or (0.0,), std=config.std or (255.0,))
-    return load_dataset(spec, handle.inputs, prep, role, config.settings.seed)
+    data_spec = DataSpec(spec, mean=config.mean, std=config.std, seed=config.settings.seed,
+                         calib_role=role)
+    return load_data(data_spec, handle.inputs, hold_out=False)[0]
 
 
 def _bench_ms(content: bytes) -> float:

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Union, get_args, get_origin, get_type_hints
 
+from edgeopt.data import HOLDOUT_SHARE
 from edgeopt.errors import ConfigError
 
 CONFIG_NAME = "edgeopt.toml"
@@ -65,7 +66,7 @@ class BuildConfig:
     distill: bool = False  # train the pruned model to match the source on the calib data
     distill_epochs: int = 20
     prune_channel_multiple: int = 8
-    eval_fraction: float = 0.2
+    eval_fraction: float = HOLDOUT_SHARE
     parity_samples: int = 16
     seed: int = 0
 

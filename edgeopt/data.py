@@ -6,8 +6,15 @@
 
 Arrays are taken in the source model's layout; a 4-D array in the other image layout
 (NHWC for an NCHW input, or the reverse) is transposed and the manifest says so.
-Images are resized to the input and normalised as (pixel - mean) / std on 0..255 values,
-the convention of TFLite metadata; the default mean 0, std 255 gives a 0..1 scale.
+Images are scaled to cover the input and centre-cropped to its size (their aspect ratio
+kept), converted to the input's colour (RGB photos become grayscale for a 1-channel input,
+by Pillow's ITU-R 601-2 luma), and normalised as (pixel - mean) / std on 0..255 values, the
+convention of TFLite metadata; the default mean 0, std 255 gives a 0..1 scale. Class
+subfolders are read in name order (numerically when every name is a number) and that
+order is the label index. What did not fit the model is said in `Dataset.warnings`.
+
+Every command reads its data with `load_data(DataSpec(...), handle.inputs)`: the same
+defaults (`Preprocessing()`, `HOLDOUT_SHARE`) everywhere.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ from edgeopt.model import TensorSpec
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 RANDOM_SAMPLES = 32
+HOLDOUT_SHARE = 0.2         # without --eval, every fifth sample is held back
+FEW_EVAL_SAMPLES = 30       # fewer validated samples make the accuracy figures noise
+RESIZE_MODE = "cover, centre crop"
 NHWC_TO_NCHW = (0, 3, 1, 2)
 NCHW_TO_NHWC = (0, 2, 3, 1)
 
@@ -42,6 +52,12 @@ class Preprocessing:
         if any(s == 0 for s in self.std):
             raise DataError("--std must not be 0")
 
+    @classmethod
+    def from_flags(cls, mean=None, std=None) -> Preprocessing:
+        """--mean/--std over the one set of defaults (an unset flag keeps its default)."""
+        default = cls()
+        return cls(tuple(mean) if mean else default.mean, tuple(std) if std else default.std)
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -51,6 +67,8 @@ class Dataset:
     representative: bool = True
     notes: tuple[str, ...] = ()
     preprocessing: dict = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()          # what a person should read (manifest notes)
+    class_names: tuple[str, ...] | None = None  # class subfolders, in label order
 
     @property
     def count(self) -> int:
@@ -66,7 +84,7 @@ class Dataset:
         return {k: v[i:i + 1] for k, v in self.arrays.items()}
 
 
-def split_holdout(data: Dataset, fraction: float = 0.2) -> tuple[Dataset, Dataset]:
+def split_holdout(data: Dataset, fraction: float = HOLDOUT_SHARE) -> tuple[Dataset, Dataset]:
     """Every k-th sample goes to evaluation, the rest to calibration (deterministic)."""
     if data.count < 2:
         raise DataError(f"{data.source} has {data.count} sample; give at least 2, or --eval")
@@ -75,6 +93,72 @@ def split_holdout(data: Dataset, fraction: float = 0.2) -> tuple[Dataset, Datase
     if not held.any():
         held[-1] = True
     return data.take(np.flatnonzero(~held)), data.take(np.flatnonzero(held))
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What a command's data flags say (--calib/--data, --eval, --mean, --std)."""
+
+    calib: str | None
+    eval: str | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    seed: int = 0
+    holdout: float = HOLDOUT_SHARE
+    calib_role: str = "calibration"
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        return Preprocessing.from_flags(self.mean, self.std)
+
+
+NO_CALIBRATION = ("no calibration data: pass --calib PATH (.npz, .npy or an image folder), "
+                  "or --calib random for a smoke test whose accuracy figures mean nothing")
+
+
+def load_data(spec: DataSpec, inputs: tuple[TensorSpec, ...],
+              hold_out: bool = True) -> tuple[Dataset, Dataset | None]:
+    """(calibration, evaluation) for every command, checked against the model's inputs.
+
+    Without --eval a `spec.holdout` share (every fifth sample) is held back when `hold_out`,
+    else evaluation is None. --mean/--std given for arrays are recorded as what the app
+    must repeat (`preprocessing["app_normalization"]`), with the same defaults as images.
+    """
+    if spec.calib is None:
+        raise DataError(NO_CALIBRATION)
+    prep = spec.preprocessing
+    calib = _with_app_normalization(
+        load_dataset(spec.calib, inputs, prep, spec.calib_role, spec.seed), spec)
+    if spec.eval is not None:
+        evaluation = load_dataset(spec.eval, inputs, prep, "evaluation", spec.seed)
+        return calib, _warn_if_few(evaluation, "--eval")
+    if not hold_out:
+        return calib, None
+    kept, held = split_holdout(calib, spec.holdout)
+    return kept, _warn_if_few(held, f"held back from {calib.source}")
+
+
+def _with_app_normalization(data: Dataset, spec: DataSpec) -> Dataset:
+    if data.preprocessing.get("source") != "arrays" or not (spec.mean or spec.std):
+        return data
+    prep = spec.preprocessing
+    record = {**data.preprocessing,
+              "app_normalization": {"mean": list(prep.mean), "std": list(prep.std)}}
+    return replace(data, preprocessing=record)
+
+
+def _warn_if_few(evaluation: Dataset, where: str) -> Dataset:
+    if evaluation.count >= FEW_EVAL_SAMPLES or not evaluation.representative:
+        return evaluation
+    warning = (f"validated on only {evaluation.count} sample(s) ({where}): accuracy figures "
+               f"from fewer than {FEW_EVAL_SAMPLES} samples are noise; give --eval with more")
+    return replace(evaluation, warnings=evaluation.warnings + (warning,))
+
+
+def permuted(arrays: dict[str, np.ndarray], perms: dict) -> dict[str, np.ndarray]:
+    """Arrays moved to a converted model's layout (`perms`: input name -> axes)."""
+    return {k: (np.ascontiguousarray(v.transpose(perms[k])) if k in perms else v)
+            for k, v in arrays.items()}
 
 
 def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
@@ -94,8 +178,10 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
     path = Path(spec)
     if not path.exists():
         raise DataError(f"{role} data not found: {spec}")
+    warnings, names = (), None
     if path.is_dir():
-        arrays, labels, notes, prep = _load_image_folder(path, inputs, preprocessing)
+        arrays, labels, notes, prep, warnings, names = _load_image_folder(path, inputs,
+                                                                          preprocessing)
     elif path.suffix == ".npz":
         arrays, labels = _load_npz(path, inputs)
         notes, prep = (), {"source": "arrays"}
@@ -108,7 +194,8 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
     fitted, layout_notes = _fit_arrays(arrays, inputs, str(path))
     if labels is not None:
         labels = _check_labels(labels, len(next(iter(fitted.values()))), str(path))
-    return Dataset(fitted, labels, str(path), True, tuple(notes) + layout_notes, prep)
+    return Dataset(fitted, labels, str(path), True, tuple(notes) + layout_notes, prep,
+                   tuple(warnings), names)
 
 
 # What numpy and zipfile raise for a corrupt .npy/.npz (a bad CRC is BadZipFile, a bad
@@ -311,34 +398,109 @@ def image_layout(spec: TensorSpec) -> tuple[str, int, int, int]:
     return layout, h, w, ch
 
 
+def class_names(folder: Path) -> tuple[str, ...] | None:
+    """Class subfolders in label order: sorted by name, or by number when every name is a
+    number (then the label is the number: `0/ 1/ 2/ ... 10/`); None without subfolders."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    if not names:
+        return None
+    if not all(n.isdigit() for n in names):
+        return tuple(names)
+    by_index = {int(n): n for n in names}
+    return tuple(by_index.get(i, str(i)) for i in range(max(by_index) + 1))
+
+
 def _image_files(folder: Path) -> tuple[list[Path], list[int] | None]:
-    subfolders = sorted(p for p in folder.iterdir() if p.is_dir())
-    if subfolders:
-        names = [p.name for p in subfolders]
-        order = sorted(names, key=int) if all(n.isdigit() for n in names) else names
+    names = class_names(folder)
+    if names:
         files, labels = [], []
-        for name in order:
+        for label, name in enumerate(names):
+            if not (folder / name).is_dir():  # a gap in numbered classes
+                continue
             for f in sorted((folder / name).iterdir()):
                 if f.suffix.lower() in IMAGE_SUFFIXES:
                     files.append(f)
-                    labels.append(int(name) if name.isdigit() else order.index(name))
+                    labels.append(label)
         return files, labels
     files = sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
     return files, None
 
 
-def _read_image(path: Path, h: int, w: int, channels: int) -> np.ndarray:
+@dataclass(frozen=True)
+class _ImageFit:
+    """How one image was made to fit the input (for the warnings)."""
+
+    size: tuple[int, int]       # (width, height) as read
+    colour_dropped: bool        # a colour image averaged to one channel
+    gray_to_rgb: bool           # a grayscale image copied to three channels
+    cropped: bool               # another aspect ratio: the centre was kept
+    upscaled: bool              # smaller than the input
+
+
+def _cover_crop(img, w: int, h: int):
+    """Scale to cover w x h keeping the aspect ratio, then crop the centre (RESIZE_MODE)."""
+    from PIL import Image
+
+    scale = max(w / img.width, h / img.height)
+    sw, sh = max(w, round(img.width * scale)), max(h, round(img.height * scale))
+    img = img.resize((sw, sh), Image.BILINEAR)
+    left, top = (sw - w) // 2, (sh - h) // 2
+    return img.crop((left, top, left + w, top + h))
+
+
+def _has_colour(img) -> bool:
+    if img.mode in ("1", "L", "LA", "I", "I;16", "F"):
+        return False
+    r, g, b = (np.asarray(c, np.int16) for c in img.convert("RGB").split())
+    return bool((r != g).any() or (g != b).any())
+
+
+def _read_image(path: Path, h: int, w: int, channels: int) -> tuple[np.ndarray, _ImageFit]:
     from PIL import Image, UnidentifiedImageError
 
     if not path.is_file():  # a FIFO named x.png would block the build forever
         raise DataError(f"image {path} is not a regular file (a FIFO, device or broken link)")
     try:
         with Image.open(path) as img:
-            img = img.convert("L" if channels == 1 else "RGB").resize((w, h), Image.BILINEAR)
+            size = (img.width, img.height)
+            colour = _has_colour(img)
+            gray = img.mode in ("1", "L", "LA", "I", "I;16", "F")
+            img = _cover_crop(img.convert("L" if channels == 1 else "RGB"), w, h)
             pixels = np.asarray(img, dtype=np.float32)
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise DataError(f"cannot read image {path}: {exc}") from exc
-    return pixels[..., None] if channels == 1 else pixels
+    fit = _ImageFit(size, channels == 1 and colour, channels == 3 and gray,
+                    abs(size[0] * h - size[1] * w) > 0.01 * size[1] * w,
+                    size[0] < w or size[1] < h)
+    return (pixels[..., None] if channels == 1 else pixels), fit
+
+
+def _fit_warnings(fits: list[_ImageFit], spec: TensorSpec, h: int, w: int) -> list[str]:
+    """Say what was done to images that do not fit the input, with counts."""
+    total, name = len(fits), spec.name
+    warnings = []
+    dropped = sum(f.colour_dropped for f in fits)
+    if dropped:
+        warnings.append(f"{dropped} of {total} images are colour but input '{name}' has 1 "
+                        "channel: converted to grayscale (ITU-R 601-2 luma); the app must do "
+                        "the same")
+    gray = sum(f.gray_to_rgb for f in fits)
+    if gray:
+        warnings.append(f"{gray} of {total} images are grayscale but input '{name}' takes "
+                        "RGB: the gray channel was copied to R, G and B")
+    cropped = [f for f in fits if f.cropped]
+    if cropped:
+        sizes = sorted({f"{f.size[0]}x{f.size[1]}" for f in cropped})[:3]
+        warnings.append(f"{len(cropped)} of {total} images ({', '.join(sizes)}) have another "
+                        f"aspect ratio than input '{name}' ({w}x{h}): scaled to cover it and "
+                        "centre-cropped (the edges are lost)")
+    small = [f for f in fits if f.upscaled]
+    if small:
+        least = min(small, key=lambda f: f.size[0] * f.size[1]).size
+        warnings.append(f"{len(small)} of {total} images are smaller than input '{name}' "
+                        f"({w}x{h}; smallest {least[0]}x{least[1]}): upscaled, so they hold "
+                        "less detail than the model expects")
+    return warnings
 
 
 def _load_image_folder(folder: Path, inputs, prep: Preprocessing):
@@ -351,7 +513,9 @@ def _load_image_folder(folder: Path, inputs, prep: Preprocessing):
         if len(values) not in (1, ch):
             raise DataError(f"--{name} has {len(values)} values; input '{spec.name}' has "
                             f"{ch} channel(s)")
-    images = np.stack([_read_image(f, h, w, ch) for f in files])
+    read = [_read_image(f, h, w, ch) for f in files]
+    images = np.stack([pixels for pixels, _ in read])
+    fits = [fit for _, fit in read]
     if np.dtype(spec.dtype).kind == "f":
         images = (images - np.asarray(prep.mean, np.float32)) / np.asarray(prep.std, np.float32)
     else:  # an integer-input model takes raw pixels; its own input quantization normalises
@@ -359,8 +523,15 @@ def _load_image_folder(folder: Path, inputs, prep: Preprocessing):
         prep = Preprocessing(mean=(0.0,), std=(1.0,))
     if layout == "NCHW":
         images = images.transpose(NHWC_TO_NCHW)
-    record = {"source": "images", "resize": [h, w], "color": "grayscale" if ch == 1 else "rgb",
+    names = class_names(folder) if labels is not None else None
+    record = {"source": "images", "resize": [h, w], "resize_mode": RESIZE_MODE,
+              "color": "grayscale" if ch == 1 else "rgb",
               "layout": layout, "mean": list(prep.mean), "std": list(prep.std),
               "pixel_range": [0, 255]}
+    if names:
+        record["class_order"] = ("class subfolders sorted by name (numerically when all are "
+                                 "numbers); label i is the i-th")
+        record["classes"] = list(names)
     label_array = None if labels is None else np.asarray(labels, np.int64)
-    return {spec.name: images}, label_array, (f"{len(files)} images from {folder}",), record
+    return ({spec.name: images}, label_array, (f"{len(files)} images from {folder}",), record,
+            _fit_warnings(fits, spec, h, w), names)

@@ -22,9 +22,9 @@ from edgeopt.bundle import MANIFEST, check_destination, manifest_bytes, write_bu
 from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
 from edgeopt.comparison import compare_devices, compared_profiles
 from edgeopt.config import BuildConfig, primary_device
-from edgeopt.data import Dataset, Preprocessing, load_dataset, split_holdout
+from edgeopt.data import Dataset, DataSpec, load_data, permuted
 from edgeopt.devices.profile import DeviceProfile, load_profile
-from edgeopt.errors import ConfigError, ConversionError, DataError
+from edgeopt.errors import ConfigError, ConversionError
 from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
@@ -72,22 +72,11 @@ def resolve_scheme(config: BuildConfig, profile: DeviceProfile) -> str:
     return scheme
 
 
-def load_data(config: BuildConfig, handle: ModelHandle) -> tuple[Dataset, Dataset]:
-    if config.calib is None:
-        raise DataError("no calibration data: pass --calib PATH (.npz, .npy or an image "
-                        "folder), or --calib random for a smoke test whose accuracy "
-                        "figures mean nothing")
-    prep = Preprocessing(mean=config.mean or (0.0,), std=config.std or (255.0,))
-    calib = load_dataset(config.calib, handle.inputs, prep, "calibration", config.seed)
-    if config.eval is not None:
-        evaluation = load_dataset(config.eval, handle.inputs, prep, "evaluation", config.seed)
-        return calib, evaluation
-    return split_holdout(calib, config.eval_fraction)
-
-
-def _permuted(arrays: dict[str, np.ndarray], perms: dict) -> dict[str, np.ndarray]:
-    return {k: (np.ascontiguousarray(v.transpose(perms[k])) if k in perms else v)
-            for k, v in arrays.items()}
+def _build_data(config: BuildConfig, handle: ModelHandle) -> tuple[Dataset, Dataset]:
+    """--calib/--eval read as every command reads them (edgeopt.data.load_data)."""
+    spec = DataSpec(config.calib, config.eval, config.mean, config.std, config.seed,
+                    config.eval_fraction)
+    return load_data(spec, handle.inputs)
 
 
 def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, reference,
@@ -114,7 +103,7 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
     else:
         conversion["note"] = "input was already a float .tflite: no conversion"
     progress(f"quantizing ({scheme}, ranges: {config.method})")
-    arrays = _permuted(calib.arrays, conv.input_perms)
+    arrays = permuted(calib.arrays, conv.input_perms)
     if config.method == "converter":
         content, method = _converter_tflite(conv, scheme, profile, arrays)
         return Artifact(content, "tflite", method, runner_for(content), conversion)
@@ -122,7 +111,7 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         return Artifact(conv.tflite, "tflite", "none", runner_for(conv.tflite), conversion)
     from edgeopt.quantize import quantize_tflite
 
-    held = _permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
+    held = permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
     result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
                              held, evaluation.labels if held else None, progress)
     return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
@@ -254,11 +243,7 @@ def _data_record(config: BuildConfig, calib: Dataset, evaluation: Dataset) -> di
 
 
 def _preprocessing(config: BuildConfig, calib: Dataset) -> dict:
-    record = dict(calib.preprocessing)
-    if record.get("source") == "arrays" and (config.mean or config.std):
-        record["app_normalization"] = {"mean": list(config.mean or (0.0,)),
-                                       "std": list(config.std or (1.0,))}
-    return record
+    return dict(calib.preprocessing)  # app_normalization is edgeopt.data's, as for quantize
 
 
 def _manifest(config, profile, handle, artifact, specs, validation: Validation,
@@ -268,6 +253,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
     if not calib.representative:
         notes.append("calibrated on random data (--calib random): the accuracy figures are "
                      "not representative; rebuild with real samples before shipping")
+    notes += list(dict.fromkeys(calib.warnings + evaluation.warnings))
     notes += _accuracy_notes(validation)
     if artifact.conversion.get("batch_fixed_to_1"):
         notes.append("edgeopt fixed the dynamic batch dimension to 1: mobile delegates (the "
@@ -447,7 +433,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     check_destination(output)
     handle = with_input_shapes(load_model(config.model), config.input_shapes)
     config = replace(config, scheme=resolve_scheme(config, profile))
-    calib, evaluation = load_data(config, handle)
+    calib, evaluation = _build_data(config, handle)
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work
         from edgeopt.tflite_metadata import check_labels_file
         check_labels_file(config.labels, handle)

@@ -87,15 +87,13 @@ def build_config(options: dict) -> QuantConfig:
 
 
 def _data(handle, options: dict):
-    from edgeopt.data import Preprocessing, load_dataset, split_holdout
+    """--calib/--eval as every command reads them; a held-back share only for the budget
+    search, which must not score on the samples it calibrated on."""
+    from edgeopt.data import DataSpec, load_data
 
-    prep = Preprocessing(mean=options.get("mean") or (0.0,), std=options.get("std") or (255.0,))
-    calib = load_dataset(options["calib"], handle.inputs, prep, "calibration")
-    if options.get("eval"):
-        return calib, load_dataset(options["eval"], handle.inputs, prep, "evaluation")
-    if options.get("accuracy_budget") is not None and calib.count >= 4:
-        return split_holdout(calib, 0.25)
-    return calib, None
+    spec = DataSpec(options["calib"], options.get("eval"), options.get("mean"),
+                    options.get("std"))
+    return load_data(spec, handle.inputs, hold_out=options.get("accuracy_budget") is not None)
 
 
 def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
@@ -107,11 +105,6 @@ def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple
     samples = {k: v[:8] for k, v in calib.arrays.items()}
     conversion = to_float_tflite(handle, workdir, samples)
     return conversion.tflite, dict(conversion.input_perms)
-
-
-def _permuted(arrays: dict, perms: dict) -> dict:
-    return {k: np.ascontiguousarray(v.transpose(perms[k])) if k in perms else v
-            for k, v in arrays.items()}
 
 
 def _keyed(arrays: dict, float_tflite: bytes) -> dict:
@@ -149,11 +142,20 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
 
         result = _to_tflite(handle, calib, evaluation, config, progress)
         result = with_quantize_metadata(result, handle, options, calib)
+    result = _with_data_warnings(result, calib, evaluation)
     _write_atomically(output, result.model)
     if options.get("report"):
         _write_atomically(Path(options["report"]), report_page(result).encode())
     return {"output": str(output), "source": {"file": str(handle.path), "format":
             handle.format, "size_bytes": handle.size_bytes}, **result.to_json()}
+
+
+def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
+    """What did not fit the model in the data (images, few samples) leads the warnings."""
+    from dataclasses import replace
+
+    found = calib.warnings + (evaluation.warnings if evaluation else ())
+    return replace(result, warnings=list(dict.fromkeys([*found, *result.warnings])))
 
 
 def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> QuantResult:
@@ -164,8 +166,10 @@ def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> Quan
         progress("converting to a float .tflite")
     with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
         float_tflite, perms = _tflite_inputs(handle, Path(tmp), calib)
-    arrays = _keyed(_permuted(calib.arrays, perms), float_tflite)
-    eval_arrays = _keyed(_permuted(evaluation.arrays, perms), float_tflite) if evaluation \
+    from edgeopt.data import permuted
+
+    arrays = _keyed(permuted(calib.arrays, perms), float_tflite)
+    eval_arrays = _keyed(permuted(evaluation.arrays, perms), float_tflite) if evaluation \
         else None
     labels = evaluation.labels if evaluation else None
     return quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from edgeopt.data import class_names
 from edgeopt.errors import DataError
 
 METADATA_NAME = "TFLITE_METADATA"
@@ -484,13 +485,7 @@ def folder_class_names(spec: str | None) -> tuple[str, ...] | None:
     """Class names of an image folder with one subfolder per class (edgeopt.data's order)."""
     if not spec or spec == "random" or not Path(spec).is_dir():
         return None
-    names = sorted(p.name for p in Path(spec).iterdir() if p.is_dir())
-    if not names:
-        return None
-    if not all(n.isdigit() for n in names):
-        return tuple(names)
-    by_index = {int(n): n for n in names}
-    return tuple(by_index.get(i, str(i)) for i in range(max(by_index) + 1))
+    return class_names(Path(spec))
 
 
 # --- what each command knows: build, convert, quantize ----------------------------------
@@ -573,11 +568,9 @@ def with_build_metadata(artifact, config, handle, profile, preprocessing: dict):
 
 
 def with_quantize_metadata(result, handle, options: dict, calib):
-    """`edgeopt quantize`'s result with metadata; --mean/--std count for array data too."""
+    """`edgeopt quantize`'s result with metadata; --mean/--std count for array data too
+    (edgeopt.data.load_data records them, with build's defaults)."""
     preprocessing = dict(calib.preprocessing)
-    if preprocessing.get("source") == "arrays" and (options.get("mean") or options.get("std")):
-        preprocessing["app_normalization"] = {"mean": list(options.get("mean") or (0.0,)),
-                                              "std": list(options.get("std") or (255.0,))}
     text = (f"{handle.stem} ({handle.path.name}, {handle.format}): scheme {result.scheme}, "
             f"{result.method}.")
     spec = source_spec(handle, text, preprocessing, options.get("labels"),
