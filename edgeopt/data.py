@@ -528,10 +528,6 @@ def _load_image_folder(folder: Path, inputs, prep: Preprocessing):
               "color": "grayscale" if ch == 1 else "rgb",
               "layout": layout, "mean": list(prep.mean), "std": list(prep.std),
               "pixel_range": [0, 255]}
-    if names:
-        record["class_order"] = ("class subfolders sorted by name (numerically when all are "
-                                 "numbers); label i is the i-th")
-        record["classes"] = list(names)
     label_array = None if labels is None else np.asarray(labels, np.int64)
     return ({spec.name: images}, label_array, (f"{len(files)} images from {folder}",), record,
             _fit_warnings(fits, spec, h, w), names)

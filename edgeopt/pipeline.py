@@ -29,6 +29,12 @@ from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
 from edgeopt.snippets import usage_snippets
+from edgeopt.tflite_metadata import (
+    check_labels_file,
+    labels_record,
+    with_build_metadata,
+    with_packed_files,
+)
 from edgeopt.validate import Validation, compare
 
 SCHEMA_VERSION = 1
@@ -286,6 +292,9 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "toolchain": _toolchain(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    labels = labels_record(config.labels, handle, specs.outputs, config.calib, config.eval)
+    if labels is not None:
+        manifest["labels"] = labels
     _placement_record(manifest, placement, handle.stem)
     _quantization_record(manifest, artifact.quant)
     return manifest
@@ -435,7 +444,6 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = _build_data(config, handle)
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work
-        from edgeopt.tflite_metadata import check_labels_file
         check_labels_file(config.labels, handle)
     keras_model = None
     if handle.format == "keras":
@@ -456,7 +464,6 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
             artifact = _onnx_artifact(source, config, config.scheme, profile, calib, evaluation,
                                       progress)
         if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
-            from edgeopt.tflite_metadata import with_build_metadata
             artifact = with_build_metadata(artifact, config, handle, profile,
                                            _preprocessing(config, calib))
         progress(f"validating in {artifact.runner.label}")
@@ -466,7 +473,6 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     progress(f"placing ops on {profile.delegate}")
     placement = place_artifact(artifact, profile, config.require_full_delegation)
     if placement is not None and placement.artifact:  # Vela keeps the metadata, not its files
-        from edgeopt.tflite_metadata import with_packed_files
         placement = replace(placement, artifact=with_packed_files(artifact.content,
                                                                   placement.artifact))
     progress(f"estimating latency and energy on {profile.name}")

@@ -524,19 +524,38 @@ def labels_from(labels_file: str | None, *data_specs: str | None,
                 source: bytes | None = None) -> tuple[tuple | None, bool]:
     """(labels, optional): a label file must fit; the source .tflite's own label file and
     class folders are used when they fit."""
+    labels, optional, _ = labels_with_source(labels_file, *data_specs, source=source)
+    return labels, optional
+
+
+def labels_with_source(labels_file: str | None, *data_specs: str | None,
+                       source: bytes | None = None) -> tuple[tuple | None, bool, str]:
+    """`labels_from` and where the names came from, in words."""
     if labels_file:
-        return read_labels(labels_file), False
+        return read_labels(labels_file), False, f"--labels {Path(labels_file).name}"
     try:
         packed = source_labels(source) if source else None
     except (IndexError, ValueError, TypeError, struct.error):  # malformed foreign metadata
         packed = None
     if packed:
-        return packed, True
+        return packed, True, "the label file packed in the source .tflite"
     for spec in data_specs:
         names = folder_class_names(spec)
         if names:
-            return names, True
-    return None, False
+            return names, True, (f"the class subfolders of {Path(spec).name}, sorted by name "
+                                 "(numerically when every name is a number)")
+    return None, False, ""
+
+
+def labels_record(labels_file: str | None, handle, outputs, *data_specs: str | None
+                  ) -> dict | None:
+    """The manifest's `labels`: class names in output order (label i names output index i)
+    and their source; None when there are none or they fit no output's last dimension."""
+    source = handle.path.read_bytes() if handle.format == "tflite" else None
+    labels, _, where = labels_with_source(labels_file, *data_specs, source=source)
+    if not labels or not any(s.shape and s.shape[-1] == len(labels) for s in outputs):
+        return None
+    return {"names": list(labels), "source": where}
 
 
 def source_spec(handle, description: str, preprocessing: dict, labels_file: str | None,
