@@ -79,11 +79,12 @@ def calibrate_command(device, threads, quick, records, output, as_json):
     config = CalibrationConfig(device, threads, quick, records, output)
     progress = None if as_json else (lambda msg: click.echo(f"• {msg}", err=True))
     result = calibrate(config, progress=progress)
-    record = {"device": device, "profile": str(result.path), "samples": result.samples,
+    record = {"device": device, "profile": str(result.path), "use": result.usage,
+              "samples": result.samples,
               "host": result.host.describe() if result.host else None, **result.fit.to_json()}
     if as_json:
         _emit(record)
         return
     click.echo(f"wrote {result.path}: {result.samples} measurements, rms error "
                f"{result.fit.rms_error:.1%} (before the fit {record['prior_rms_error']:.1%}); "
-               f"`--device {device}` now uses it")
+               f"{result.usage}")

@@ -309,12 +309,9 @@ def devices(ctx, as_json):
     if as_json:
         emit_json({"devices": profiles})
         return
-    header = ("name", "kind", "delegate", "precision", "io", "formats")
-    rows = [(p["name"], p["kind"], p["delegate"], p["precision"], p["io_dtype"],
-             ",".join(p["formats"])) for p in profiles]
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    from edgeopt.devices.listing import devices_table
+
+    click.echo(devices_table(profiles))
 
 
 @cli.command(epilog=_example("completion"))
