@@ -125,7 +125,7 @@ def _record(config: BenchConfig, measurement) -> None:
 def _host_one(config: BenchConfig, model: Path, progress: BenchProgress):
     from edgeopt.devices.runners.delegates import host_delegate
     from edgeopt.devices.runners.host import HostBenchmark, run_host
-    from edgeopt.devices.runners.numerics import host_numerics, numerics_inputs
+    from edgeopt.devices.runners.numerics import host_numerics
     from edgeopt.model import load_model
 
     profile = _profile(config, "host-cpu")
@@ -138,16 +138,25 @@ def _host_one(config: BenchConfig, model: Path, progress: BenchProgress):
                         threads=config.threads, delegate=delegate,
                         delegate_options=config.delegate_options, device=profile.name,
                         device_kind=profile.kind, clock=config.clock)
+    # --inputs is read and checked against the model before the runs: bad data fails first
+    arrays = _numerics_arrays(config, model, config.numerics_samples or HOST_NUMERICS_SAMPLES)
     with progress.runs(f"{model.name}", config.runs) as on_run:
         measurement = run_host(job, on_run)
-    if config.check_numerics:
-        handle = load_model(model)
-        samples = config.numerics_samples or HOST_NUMERICS_SAMPLES
-        arrays = numerics_inputs(handle, config.inputs, samples)
-        checked = host_numerics(handle, config.threads,
+    if arrays is not None:
+        checked = host_numerics(load_model(model), config.threads,
                                 host_delegate(delegate, config.delegate_options), arrays)
         measurement = replace(measurement, numerics=checked)
     return measurement
+
+
+def _numerics_arrays(config: BenchConfig, model: Path, samples: int) -> dict | None:
+    """The --check-numerics inputs, fitted to the model (a DataError when they do not fit)."""
+    if not config.check_numerics:
+        return None
+    from edgeopt.devices.runners.numerics import numerics_inputs
+    from edgeopt.model import load_model
+
+    return numerics_inputs(load_model(model), config.inputs, samples)
 
 
 def _run_host(config: BenchConfig, progress: BenchProgress, outcome: BenchOutcome) -> None:
@@ -170,6 +179,8 @@ def _remote_job(config: BenchConfig, model: Path, target: str):
 
     profile = _profile(config, None)
     samples = (config.numerics_samples or ADB_NUMERICS_SAMPLES) if config.check_numerics else 0
+    if config.inputs:  # checked against the model here, before anything is pushed or run
+        _numerics_arrays(config, model, 1)
     return RemoteBenchmark(
         model=model, target=target, runs=config.runs, min_secs=config.min_secs,
         warmup=ADB_WARMUP if config.warmup is None else config.warmup, threads=config.threads,

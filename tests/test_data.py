@@ -196,3 +196,24 @@ def test_one_set_of_defaults():
 
     assert DataSpec("x").preprocessing == Preprocessing() == Preprocessing((0.0,), (255.0,))
     assert DataSpec("x", mean=(127.5,)).preprocessing == Preprocessing((127.5,), (255.0,))
+
+
+@pytest.mark.parametrize("command", [
+    ("build", "--device", "pixel-npu", "--calib", "{bad}", "-o", "{out}"),
+    ("build", "--calib", str(SAMPLES / "digits_calib.npz"), "--eval", "{bad}", "-o", "{out}"),
+    ("quantize", "--calib", "{bad}", "-o", "{out}.tflite"),
+    ("convert", "--calib", "{bad}", "-o", "{out}.tflite"),
+    ("compress", "--prune", "0.5", "--data", "{bad}", "-o", "{out}.tflite"),
+])
+def test_data_of_the_wrong_shape_fails_before_any_conversion(run_cli, tmp_path, command):
+    """The sample with 28x28 arrays: refused when the data is read, before converting."""
+    from conftest import assert_user_error
+
+    bad = tmp_path / "wrong.npz"
+    np.savez(bad, image=np.zeros((20, 28, 28, 1), np.float32))
+    args = [a.format(bad=bad, out=tmp_path / "out") for a in command]
+    result = run_cli(args[0], SAMPLES / "digits_cnn.onnx", *args[1:])
+    assert_user_error(result, "has shape (20, 28, 28, 1) but the model takes (N, 1, 32, 32)")
+    for step in ("converting", "running the float", "quantizing", "pruning", "reading"):
+        assert step not in result.stderr, result.stderr
+    assert not list(tmp_path.glob("out*"))
