@@ -456,6 +456,8 @@ def compress(config: CompressConfig, progress: Progress) -> CompressResult:
                             "give --eval for held-out figures)"))
         if fmt == "tflite":
             record["latency"] = _measure(handle, compressed, content, workdir, progress)
+    record["warnings"] = list(dict.fromkeys(
+        [w for d in (data, evaluation) if d is not None for w in d.warnings]))
     write_file_atomic(Path(config.output), content)
     return CompressResult(Path(config.output), record)
 
@@ -496,6 +498,7 @@ def render_summary(result: CompressResult) -> str:
     for layer in r.get("layers", []):
         if layer["before"] != layer["after"]:
             rows.append((f"  {layer['layer']}", f"{layer['before']} -> {layer['after']} channels"))
+    rows += [("warning", w) for w in r.get("warnings", [])]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 

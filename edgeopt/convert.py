@@ -41,4 +41,4 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
     write_file_atomic(output, tflite)
     return {"model": str(handle.path), "output": str(output), "converter": conv.converter,
             "size_bytes": len(tflite), "parity": parity.to_json(),
-            "parity_data": data.source}
+            "parity_data": data.source, "warnings": list(data.warnings)}

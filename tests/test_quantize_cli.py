@@ -114,3 +114,17 @@ def test_build_and_quantize_hold_back_the_same_share(run, run_cli, tiny_onnx_pat
     assert result.exit_code == 0, result.stderr
     held = json.loads(result.stdout)["validation"]["samples"]
     assert held == manifest["data"]["evaluation_samples"] == 64 // round(1 / HOLDOUT_SHARE)
+
+
+def test_quantize_says_what_did_not_fit_in_the_images(run, tiny_onnx_path, tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    (tmp_path / "wide").mkdir()
+    for i in range(10):
+        pixels = rng.integers(0, 256, (16, 32, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / "wide" / f"{i}.png")
+    result = run("quantize", tiny_onnx_path, "--calib", tmp_path / "wide", "-o",
+                 tmp_path / "q.onnx")
+    assert result.exit_code == 0, result.stderr
+    assert "warning   10 of 10 images (32x16) have another aspect ratio" in result.stdout
