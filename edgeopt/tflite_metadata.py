@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from edgeopt.data import class_names
 from edgeopt.errors import DataError
+from edgeopt.images import class_names
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
