@@ -222,7 +222,7 @@ def _fmt(value) -> str:
 @click.argument("model")
 @click.option("--calib", required=True, help="Calibration data: .npz, .npy or an image folder.")
 @click.option("--eval", "eval_data", default=None, help="Evaluation data (labels optional); "
-              "default: the calibration data (a held-back quarter with --accuracy-budget).")
+              "default: the calibration data (a held-back fifth with --accuracy-budget).")
 @click.option("-o", "--output", required=True, help="Quantized model to write: .tflite "
               "(ai-edge-quantizer) or .onnx (onnxruntime QDQ).")
 @click.option("--scheme", type=click.Choice([s.value for s in Scheme]), default=None,
