@@ -25,6 +25,7 @@ from edgeopt.config import BuildConfig, primary_device
 from edgeopt.data import Dataset, DataSpec, load_data, permuted
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
+from edgeopt.images import NCHW_TO_NHWC
 from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
@@ -248,8 +249,14 @@ def _data_record(config: BuildConfig, calib: Dataset, evaluation: Dataset) -> di
             "layout_notes": list(dict.fromkeys(calib.notes + evaluation.notes))}
 
 
-def _preprocessing(config: BuildConfig, calib: Dataset) -> dict:
-    return dict(calib.preprocessing)  # app_normalization is edgeopt.data's, as for quantize
+def _preprocessing(calib: Dataset, conversion: dict) -> dict:
+    """What the app repeats, in the layout the artifact takes: onnx2tf makes an NCHW image
+    input NHWC, so the app feeds the .tflite NHWC (`source_layout` keeps the source's)."""
+    record = dict(calib.preprocessing)
+    perms = [list(p) for p in (conversion.get("input_layout_changes") or {}).values()]
+    if record.get("layout") == "NCHW" and perms == [list(NCHW_TO_NHWC)]:
+        record["layout"], record["source_layout"] = "NHWC", "NCHW"
+    return record
 
 
 def _manifest(config, profile, handle, artifact, specs, validation: Validation,
@@ -287,7 +294,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
                   "artifact_bytes": len(artifact.content)},
         "source": {"file": handle.path.name, "format": handle.format},
         "data": _data_record(config, calib, evaluation),
-        "preprocessing": _preprocessing(config, calib),
+        "preprocessing": _preprocessing(calib, artifact.conversion),
         "notes": notes,
         "toolchain": _toolchain(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -465,7 +472,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                                       progress)
         if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
             artifact = with_build_metadata(artifact, config, handle, profile,
-                                           _preprocessing(config, calib))
+                                           _preprocessing(calib, artifact.conversion))
         progress(f"validating in {artifact.runner.label}")
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                              evaluation.labels)
