@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -27,6 +28,7 @@ from edgeopt.calibration.config import (
     Scheme,
     WeightMethod,
 )
+from edgeopt.data import DataSpec, load_data, permuted
 from edgeopt.errors import ConfigError
 from edgeopt.options import comma_floats
 
@@ -89,8 +91,6 @@ def build_config(options: dict) -> QuantConfig:
 def _data(handle, options: dict):
     """--calib/--eval as every command reads them; a held-back share only for the budget
     search, which must not score on the samples it calibrated on."""
-    from edgeopt.data import DataSpec, load_data
-
     spec = DataSpec(options["calib"], options.get("eval"), options.get("mean"),
                     options.get("std"))
     return load_data(spec, handle.inputs, hold_out=options.get("accuracy_budget") is not None)
@@ -152,8 +152,6 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
 
 def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
     """What did not fit the model in the data (images, few samples) leads the warnings."""
-    from dataclasses import replace
-
     found = calib.warnings + (evaluation.warnings if evaluation else ())
     return replace(result, warnings=list(dict.fromkeys([*found, *result.warnings])))
 
@@ -166,8 +164,6 @@ def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> Quan
         progress("converting to a float .tflite")
     with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
         float_tflite, perms = _tflite_inputs(handle, Path(tmp), calib)
-    from edgeopt.data import permuted
-
     arrays = _keyed(permuted(calib.arrays, perms), float_tflite)
     eval_arrays = _keyed(permuted(evaluation.arrays, perms), float_tflite) if evaluation \
         else None
