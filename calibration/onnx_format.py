@@ -12,7 +12,7 @@ from edgeopt.calibration.onnx_backend import OnnxCapture, prepare, read_graph, s
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
 from edgeopt.errors import ConversionError, first_line
-from edgeopt.runtime import ort_run
+from edgeopt.runtime import ort_run_batches
 
 # onnxruntime's QDQ naming: tensor T becomes T_QuantizeLinear_Output -> T_DequantizeLinear_Output
 _DEQUANTIZED = "_DequantizeLinear_Output"
@@ -81,20 +81,13 @@ class OnnxFormat:
             run = session(model, self.num_threads)
         except ConversionError as exc:
             raise RuntimeRejected(f"onnxruntime rejected the model: {exc}") from exc
-        names = [i.name for i in run.get_inputs()]
-        fixed = [i.shape[0] for i in run.get_inputs() if i.shape and isinstance(i.shape[0], int)]
-        step = fixed[0] if fixed else 64
-        count = len(next(iter(feeds.values())))
-        chunks = []
-        for start in range(0, count, step):
-            try:
-                chunks.append(ort_run(run, {n: feeds[n][start:start + step] for n in names}))
-            except ConversionError:  # stopped at the deadline: no precision fallback helps
-                raise
-            except Exception as exc:  # onnxruntime's own exception types
-                raise RuntimeRejected(f"onnxruntime failed to run the model: "
-                                      f"{first_line(exc)}") from exc
-        return [np.concatenate(parts).astype(np.float32, copy=False) for parts in zip(*chunks)]
+        try:
+            return ort_run_batches(run, feeds)
+        except ConversionError:  # stopped at the deadline: no precision fallback helps
+            raise
+        except Exception as exc:  # onnxruntime's own exception types
+            raise RuntimeRejected(f"onnxruntime failed to run the model: "
+                                  f"{first_line(exc)}") from exc
 
     def check(self, model: bytes, sample: dict[str, np.ndarray]) -> None:
         self.run(model, {k: v[:1] for k, v in sample.items()})

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.compression.augment import AUGMENTS
+from edgeopt.data import HOLDOUT_SHARE
 from edgeopt.errors import DataError
 
 Teacher = Callable[[np.ndarray], Any]
@@ -31,7 +32,7 @@ class DistillConfig:
     batch_size: int = 32
     temperature: float = 4.0
     learning_rate: float = 1e-3
-    holdout: float = 0.2
+    holdout: float = HOLDOUT_SHARE  # the share every command holds back
     patience: int = 3
     label_weight: float = 0.5
     augment: tuple[str, ...] = ("shift", "noise")

@@ -26,7 +26,7 @@ import numpy as np
 
 from edgeopt.devices.fit import FitConfig, FitResult, Sample, fit_profile
 from edgeopt.devices.hostinfo import HostCpu, host_cpu_info
-from edgeopt.devices.profile import load_profile, parse_profile, user_profile_dir
+from edgeopt.devices.profile import USER_CACHE, load_profile, parse_profile, user_profile_dir
 from edgeopt.errors import ConfigError, DeviceError, OutputError
 
 HOST_DEVICE = "host-cpu"
@@ -49,6 +49,17 @@ class Calibration:
     fit: FitResult
     samples: int
     host: HostCpu | None
+    device: str = HOST_DEVICE
+
+    @property
+    def usage(self) -> str:
+        """How later commands pick the fitted profile up (only the user cache is automatic)."""
+        cached = user_profile_dir() / f"{self.device}.toml"
+        if self.path.resolve() == cached.resolve():
+            return f"`--device {self.device}` now uses it"
+        return (f"use it with `--device {self.path}` (`--device {self.device}` still uses "
+                f"{'the profile in ' + str(cached) if cached.is_file() else 'the shipped one'};"
+                f" leave out -o to store it there)")
 
 
 def measure_ms(tflite: bytes, threads: int = 1, min_runs: int = 10,
@@ -121,7 +132,7 @@ def calibrate(config: CalibrationConfig, extra_samples: Sequence[Sample] = (),
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Measure (or read records), fit, write the fitted profile; see the module doc."""
     base = load_profile(config.device)
-    if base.path.startswith(str(user_profile_dir())):
+    if base.origin == USER_CACHE:  # calibrating again starts from the shipped numbers
         base = _shipped(config.device)
     host = None
     samples = list(extra_samples)
@@ -142,7 +153,7 @@ def calibrate(config: CalibrationConfig, extra_samples: Sequence[Sample] = (),
     path = _write_toml(raw, config.output or user_profile_dir() / f"{base.name}.toml")
     parse_profile(path)
     _write_report(path, fit, host, config)
-    return Calibration(path, fit, len(samples), host)
+    return Calibration(path, fit, len(samples), host, base.name)
 
 
 def _shipped(name: str):

@@ -70,7 +70,7 @@ def load_estimate_model(path: str | Path, device_precision: str,
 
 def _convert(path: Path) -> bytes:
     from edgeopt.converters.float_tflite import to_float_tflite
-    from edgeopt.data import load_dataset
+    from edgeopt.data import DataSpec, load_data
     from edgeopt.model import load_model
     from edgeopt.quiet import library_output_to_log
 
@@ -78,7 +78,7 @@ def _convert(path: Path) -> bytes:
             library_output_to_log():
         handle = load_model(path)
         # onnx2tf checks its conversion on sample images; the estimate needs no real ones
-        samples = load_dataset("random", handle.inputs).arrays
+        samples = load_data(DataSpec("random"), handle.inputs, hold_out=False)[0].arrays
         if handle.format == "onnx":  # runs once under edgeopt's deadline before onnx2tf
             from edgeopt.runtime import make_runner, run_dataset  # runs it without one
 

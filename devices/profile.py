@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import get_origin, get_type_hints
@@ -32,6 +32,7 @@ RUNTIMES = ("litert", "onnxruntime")
 PRECISIONS = ("int8", "fp16", "float32")
 IO_DTYPES = ("int8", "uint8", "float32")
 FORMATS = ("tflite", "onnx")
+SHIPPED, USER_CACHE = "shipped", "user cache"
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,20 @@ class DeviceProfile:
     source: str
     hardware: Hardware | None = field(repr=False, compare=False, default=None)
     path: str = field(repr=False, compare=False, default="")
+    # where load_profile found it: "shipped", "user cache" (calibrated here) or "file"
+    origin: str = field(repr=False, compare=False, default="file")
 
     def summary(self) -> dict:
         """The fields `edgeopt devices --json` lists."""
         record = {f.name: getattr(self, f.name) for f in fields(self)
-                  if f.name not in ("schema_version", "hardware", "path")}
+                  if f.name not in ("schema_version", "hardware", "path", "origin")}
         if self.hardware is not None:
             record["main_unit"] = self.hardware.main_unit
             record["units"] = {name: {"kind": u.kind,
                                       "peak_ops": {d: f.value for d, f in u.peak_ops.items()}}
                                for name, u in self.hardware.units.items()}
         record["file"] = self.path
+        record["origin"] = self.origin
         return record
 
 
@@ -139,7 +143,7 @@ def parse_profile(path: Path) -> DeviceProfile:
                     "see the shipped profiles in edgeopt/devices/profiles)")
     hints = get_type_hints(DeviceProfile)
     types = {f.name: get_origin(hints[f.name]) or hints[f.name]
-             for f in fields(DeviceProfile) if f.name not in ("hardware", "path")}
+             for f in fields(DeviceProfile) if f.name not in ("hardware", "path", "origin")}
     values = {name: _check_field(path, raw, name, kind) for name, kind in types.items()}
     _check_delegate_name(path, values["delegate"])
     hardware = parse_hardware(TableReader(path, "", raw))
@@ -150,9 +154,9 @@ def load_profile(name_or_path: str) -> DeviceProfile:
     """A profile by name (the user's calibrated one first, then the shipped one) or by path."""
     files = _profile_files()
     if not name_or_path.endswith(".toml") and (user := _user_profile(name_or_path)):
-        return parse_profile(user)
+        return replace(parse_profile(user), origin=USER_CACHE)
     if name_or_path in files:
-        return parse_profile(files[name_or_path])
+        return replace(parse_profile(files[name_or_path]), origin=SHIPPED)
     if name_or_path.endswith(".toml"):
         path = Path(name_or_path)
         if not path.is_file():

@@ -110,15 +110,21 @@ def _host_one(config: BenchConfig, model: Path, progress: Progress):
                         threads=config.threads, delegate=delegate,
                         delegate_options=config.delegate_options, device=profile.name,
                         device_kind=profile.kind, clock=config.clock)
+    # --inputs is read and checked against the model before the runs: bad data fails first
+    arrays = _numerics_arrays(config, model, config.numerics_samples or HOST_NUMERICS_SAMPLES)
     measurement = run_host(job, _run_counter(progress, model.name, config.runs))
-    if config.check_numerics:
-        handle = load_model(model)
-        samples = config.numerics_samples or HOST_NUMERICS_SAMPLES
-        arrays = numerics_inputs(handle, config.inputs, samples)
-        checked = host_numerics(handle, config.threads,
+    if arrays is not None:
+        checked = host_numerics(load_model(model), config.threads,
                                 host_delegate(delegate, config.delegate_options), arrays)
         measurement = replace(measurement, numerics=checked)
     return measurement
+
+
+def _numerics_arrays(config: BenchConfig, model: Path, samples: int) -> dict | None:
+    """The --check-numerics inputs, fitted to the model (a DataError when they do not fit)."""
+    if not config.check_numerics:
+        return None
+    return numerics_inputs(load_model(model), config.inputs, samples)
 
 
 def _run_host(config: BenchConfig, progress: Progress, outcome: BenchOutcome) -> None:
@@ -139,6 +145,8 @@ def _run_host(config: BenchConfig, progress: Progress, outcome: BenchOutcome) ->
 def _remote_job(config: BenchConfig, model: Path, target: str):
     profile = _profile(config, None)
     samples = (config.numerics_samples or ADB_NUMERICS_SAMPLES) if config.check_numerics else 0
+    if config.inputs:  # checked against the model here, before anything is pushed or run
+        _numerics_arrays(config, model, 1)
     return RemoteBenchmark(
         model=model, target=target, runs=config.runs, min_secs=config.min_secs,
         warmup=ADB_WARMUP if config.warmup is None else config.warmup, threads=config.threads,

@@ -350,8 +350,9 @@ def output_format(output: str) -> str:
 def _load_data(config: CompressConfig, handle, spec: str | None, role: str):
     if spec is None:
         return None
-    prep = Preprocessing(mean=config.mean or (0.0,), std=config.std or (255.0,))
-    return load_dataset(spec, handle.inputs, prep, role, config.settings.seed)
+    data_spec = DataSpec(spec, mean=config.mean, std=config.std, seed=config.settings.seed,
+                         calib_role=role)
+    return load_data(data_spec, handle.inputs, hold_out=False)[0]
 
 
 def _bench_ms(content: bytes) -> float:
@@ -428,6 +429,8 @@ def compress(config: CompressConfig, progress: Progress) -> CompressResult:
                             "give --eval for held-out figures)"))
         if fmt == "tflite":
             record["latency"] = _measure(handle, compressed, content, workdir, progress)
+    record["warnings"] = list(dict.fromkeys(
+        [w for d in (data, evaluation) if d is not None for w in d.warnings]))
     write_file_atomic(Path(config.output), content)
     return CompressResult(Path(config.output), record)
 
@@ -468,5 +471,6 @@ def render_summary(result: CompressResult) -> str:
     for layer in r.get("layers", []):
         if layer["before"] != layer["after"]:
             rows.append((f"  {layer['layer']}", f"{layer['before']} -> {layer['after']} channels"))
+    rows += [("warning", w) for w in r.get("warnings", [])]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from edgeopt.choices import ArtifactFormat, RangeMethod, values
 from edgeopt.compress import CompressSettings
+from edgeopt.data import HOLDOUT_SHARE
 from edgeopt.devices.profile import profile_names
 from edgeopt.errors import ConfigError
 
@@ -74,7 +75,7 @@ class BuildConfig:
     distill: bool = False  # train the pruned model to match the source on the calib data
     distill_epochs: int = 20
     prune_channel_multiple: int = 8
-    eval_fraction: float = 0.2
+    eval_fraction: float = HOLDOUT_SHARE
     parity_samples: int = 16
     seed: int = 0
 

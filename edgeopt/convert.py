@@ -8,7 +8,7 @@ from pathlib import Path
 from edgeopt.bundle import write_file_atomic
 from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
-from edgeopt.data import load_dataset
+from edgeopt.data import DataSpec, load_data
 from edgeopt.errors import ConversionError
 from edgeopt.model import load_model
 from edgeopt.runtime import LayoutAdapter, TFLiteRunner, make_runner, run_dataset
@@ -26,7 +26,7 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
     if handle.format == "tflite":
         raise ConversionError(f"{model} already is a .tflite model")
     check_labels_file(labels, handle)
-    data = load_dataset(samples, handle.inputs, role="sample")
+    data = load_data(DataSpec(samples, calib_role="sample"), handle.inputs, hold_out=False)[0]
     data = data.take(slice(0, PARITY_SAMPLES))
     progress(f"running the {handle.format} model on {data.count} samples")
     reference = run_dataset(make_runner(handle), data.arrays)
@@ -40,4 +40,4 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
     write_file_atomic(output, tflite)
     return {"model": str(handle.path), "output": str(output), "converter": conv.converter,
             "size_bytes": len(tflite), "parity": parity.to_json(),
-            "parity_data": data.source}
+            "parity_data": data.source, "warnings": list(data.warnings)}

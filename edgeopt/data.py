@@ -5,9 +5,13 @@
     (400, True)
 
 Arrays are taken in the source model's layout; a 4-D array in the other image layout
-(NHWC for an NCHW input, or the reverse) is transposed and the manifest says so.
-Images are resized to the input and normalised as (pixel - mean) / std on 0..255 values,
-the convention of TFLite metadata; the default mean 0, std 255 gives a 0..1 scale.
+(NHWC for an NCHW input, or the reverse) is transposed and the manifest says so. Image
+folders are read by edgeopt.images (fit rules, class order); what did not fit the model
+is said in `Dataset.warnings`.
+
+Every command reads its data with `load_data(DataSpec(...), handle.inputs)`: the same
+defaults (`Preprocessing()`, `HOLDOUT_SHARE`) everywhere, checked against the model's
+inputs as soon as both are read, before any conversion.
 """
 
 from __future__ import annotations
@@ -23,24 +27,23 @@ import numpy as np
 
 from edgeopt.errors import DataError, first_line
 from edgeopt.graph import MAX_TENSOR_BYTES
+from edgeopt.images import (
+    NCHW_TO_NHWC,
+    NHWC_TO_NCHW,
+    Preprocessing,
+    class_names,
+    image_layout,
+    load_image_folder,
+)
+from edgeopt.images import shape_text as _shape_text
 from edgeopt.model import TensorSpec
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+__all__ = ["HOLDOUT_SHARE", "DataSpec", "Dataset", "Preprocessing", "class_names",
+           "image_layout", "load_data", "load_dataset", "permuted", "split_holdout"]
+
 RANDOM_SAMPLES = 32
-NHWC_TO_NCHW = (0, 3, 1, 2)
-NCHW_TO_NHWC = (0, 2, 3, 1)
-
-
-@dataclass(frozen=True)
-class Preprocessing:
-    """How images become input tensors; recorded in the manifest for the app to repeat."""
-
-    mean: tuple[float, ...] = (0.0,)
-    std: tuple[float, ...] = (255.0,)
-
-    def __post_init__(self):
-        if any(s == 0 for s in self.std):
-            raise DataError("--std must not be 0")
+HOLDOUT_SHARE = 0.2         # without --eval, every fifth sample is held back
+FEW_EVAL_SAMPLES = 30       # fewer validated samples make the accuracy figures noise
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class Dataset:
     representative: bool = True
     notes: tuple[str, ...] = ()
     preprocessing: dict = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()          # what a person should read (manifest notes)
+    class_names: tuple[str, ...] | None = None  # class subfolders, in label order
 
     @property
     def count(self) -> int:
@@ -66,7 +71,7 @@ class Dataset:
         return {k: v[i:i + 1] for k, v in self.arrays.items()}
 
 
-def split_holdout(data: Dataset, fraction: float = 0.2) -> tuple[Dataset, Dataset]:
+def split_holdout(data: Dataset, fraction: float = HOLDOUT_SHARE) -> tuple[Dataset, Dataset]:
     """Every k-th sample goes to evaluation, the rest to calibration (deterministic)."""
     if data.count < 2:
         raise DataError(f"{data.source} has {data.count} sample; give at least 2, or --eval")
@@ -75,6 +80,72 @@ def split_holdout(data: Dataset, fraction: float = 0.2) -> tuple[Dataset, Datase
     if not held.any():
         held[-1] = True
     return data.take(np.flatnonzero(~held)), data.take(np.flatnonzero(held))
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What a command's data flags say (--calib/--data, --eval, --mean, --std)."""
+
+    calib: str | None
+    eval: str | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    seed: int = 0
+    holdout: float = HOLDOUT_SHARE
+    calib_role: str = "calibration"
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        return Preprocessing.from_flags(self.mean, self.std)
+
+
+NO_CALIBRATION = ("no calibration data: pass --calib PATH (.npz, .npy or an image folder), "
+                  "or --calib random for a smoke test whose accuracy figures mean nothing")
+
+
+def load_data(spec: DataSpec, inputs: tuple[TensorSpec, ...],
+              hold_out: bool = True) -> tuple[Dataset, Dataset | None]:
+    """(calibration, evaluation) for every command, checked against the model's inputs.
+
+    Without --eval a `spec.holdout` share (every fifth sample) is held back when `hold_out`,
+    else evaluation is None. --mean/--std given for arrays are recorded as what the app
+    must repeat (`preprocessing["app_normalization"]`), with the same defaults as images.
+    """
+    if spec.calib is None:
+        raise DataError(NO_CALIBRATION)
+    prep = spec.preprocessing
+    calib = _with_app_normalization(
+        load_dataset(spec.calib, inputs, prep, spec.calib_role, spec.seed), spec)
+    if spec.eval is not None:
+        evaluation = load_dataset(spec.eval, inputs, prep, "evaluation", spec.seed)
+        return calib, _warn_if_few(evaluation, "--eval")
+    if not hold_out:
+        return calib, None
+    kept, held = split_holdout(calib, spec.holdout)
+    return kept, _warn_if_few(held, f"held back from {calib.source}")
+
+
+def _with_app_normalization(data: Dataset, spec: DataSpec) -> Dataset:
+    if data.preprocessing.get("source") != "arrays" or not (spec.mean or spec.std):
+        return data
+    prep = spec.preprocessing
+    record = {**data.preprocessing,
+              "app_normalization": {"mean": list(prep.mean), "std": list(prep.std)}}
+    return replace(data, preprocessing=record)
+
+
+def _warn_if_few(evaluation: Dataset, where: str) -> Dataset:
+    if evaluation.count >= FEW_EVAL_SAMPLES or not evaluation.representative:
+        return evaluation
+    warning = (f"validated on only {evaluation.count} sample(s) ({where}): accuracy figures "
+               f"from fewer than {FEW_EVAL_SAMPLES} samples are noise; give --eval with more")
+    return replace(evaluation, warnings=evaluation.warnings + (warning,))
+
+
+def permuted(arrays: dict[str, np.ndarray], perms: dict) -> dict[str, np.ndarray]:
+    """Arrays moved to a converted model's layout (`perms`: input name -> axes)."""
+    return {k: (np.ascontiguousarray(v.transpose(perms[k])) if k in perms else v)
+            for k, v in arrays.items()}
 
 
 def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
@@ -94,8 +165,11 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
     path = Path(spec)
     if not path.exists():
         raise DataError(f"{role} data not found: {spec}")
+    warnings, names = (), None
     if path.is_dir():
-        arrays, labels, notes, prep = _load_image_folder(path, inputs, preprocessing)
+        image_input = _single_input(inputs, path)
+        arrays, labels, notes, prep, warnings, names = load_image_folder(path, image_input,
+                                                                         preprocessing)
     elif path.suffix == ".npz":
         arrays, labels = _load_npz(path, inputs)
         notes, prep = (), {"source": "arrays"}
@@ -108,7 +182,8 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
     fitted, layout_notes = _fit_arrays(arrays, inputs, str(path))
     if labels is not None:
         labels = _check_labels(labels, len(next(iter(fitted.values()))), str(path))
-    return Dataset(fitted, labels, str(path), True, tuple(notes) + layout_notes, prep)
+    return Dataset(fitted, labels, str(path), True, tuple(notes) + layout_notes, prep,
+                   tuple(warnings), names)
 
 
 # What numpy and zipfile raise for a corrupt .npy/.npz (a bad CRC is BadZipFile, a bad
@@ -203,11 +278,6 @@ def _check_labels(labels: np.ndarray, count: int, source: str) -> np.ndarray:
     return labels.astype(np.int64)
 
 
-def _shape_text(shape) -> str:
-    return "(" + ", ".join("N" if i == 0 and d < 0 else ("?" if d < 0 else str(d))
-                           for i, d in enumerate(shape)) + ")"
-
-
 def _matches(shape: tuple, expected: tuple) -> bool:
     return len(shape) == len(expected) and all(
         e < 0 or s == e for s, e in zip(shape[1:], expected[1:]))
@@ -288,79 +358,3 @@ def _random_dataset(inputs, seed: int) -> Dataset:
     return Dataset(arrays, None, "random", representative=False,
                    notes=("random uniform [0, 1) inputs: not representative of real data",),
                    preprocessing={"source": "random"})
-
-
-# --- images -----------------------------------------------------------------------------
-
-def image_layout(spec: TensorSpec) -> tuple[str, int, int, int]:
-    """(layout, height, width, channels) of a 4-D image input."""
-    if len(spec.shape) != 4:
-        raise DataError(f"an image folder needs a 4-D image input; '{spec.name}' is "
-                        f"{_shape_text(spec.shape)}")
-    _, a, b, c = spec.shape
-    if c in (1, 3):
-        layout, (h, w, ch) = "NHWC", (a, b, c)
-    elif a in (1, 3):
-        layout, (ch, h, w) = "NCHW", (a, b, c)
-    else:
-        raise DataError(f"input '{spec.name}' {_shape_text(spec.shape)} has no 1- or 3-channel "
-                        "axis; give .npz data instead of images")
-    if h <= 0 or w <= 0:
-        raise DataError(f"input '{spec.name}' has a dynamic image size {_shape_text(spec.shape)}; "
-                        f"fix it with --input-shape {spec.name}:1,...")
-    return layout, h, w, ch
-
-
-def _image_files(folder: Path) -> tuple[list[Path], list[int] | None]:
-    subfolders = sorted(p for p in folder.iterdir() if p.is_dir())
-    if subfolders:
-        names = [p.name for p in subfolders]
-        order = sorted(names, key=int) if all(n.isdigit() for n in names) else names
-        files, labels = [], []
-        for name in order:
-            for f in sorted((folder / name).iterdir()):
-                if f.suffix.lower() in IMAGE_SUFFIXES:
-                    files.append(f)
-                    labels.append(int(name) if name.isdigit() else order.index(name))
-        return files, labels
-    files = sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-    return files, None
-
-
-def _read_image(path: Path, h: int, w: int, channels: int) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
-
-    if not path.is_file():  # a FIFO named x.png would block the build forever
-        raise DataError(f"image {path} is not a regular file (a FIFO, device or broken link)")
-    try:
-        with Image.open(path) as img:
-            img = img.convert("L" if channels == 1 else "RGB").resize((w, h), Image.BILINEAR)
-            pixels = np.asarray(img, dtype=np.float32)
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise DataError(f"cannot read image {path}: {exc}") from exc
-    return pixels[..., None] if channels == 1 else pixels
-
-
-def _load_image_folder(folder: Path, inputs, prep: Preprocessing):
-    spec = _single_input(inputs, folder)
-    layout, h, w, ch = image_layout(spec)
-    files, labels = _image_files(folder)
-    if not files:
-        raise DataError(f"{folder} holds no .jpg or .png images")
-    for name, values in (("mean", prep.mean), ("std", prep.std)):
-        if len(values) not in (1, ch):
-            raise DataError(f"--{name} has {len(values)} values; input '{spec.name}' has "
-                            f"{ch} channel(s)")
-    images = np.stack([_read_image(f, h, w, ch) for f in files])
-    if np.dtype(spec.dtype).kind == "f":
-        images = (images - np.asarray(prep.mean, np.float32)) / np.asarray(prep.std, np.float32)
-    else:  # an integer-input model takes raw pixels; its own input quantization normalises
-        images = images.round().astype(spec.dtype)
-        prep = Preprocessing(mean=(0.0,), std=(1.0,))
-    if layout == "NCHW":
-        images = images.transpose(NHWC_TO_NCHW)
-    record = {"source": "images", "resize": [h, w], "color": "grayscale" if ch == 1 else "rgb",
-              "layout": layout, "mean": list(prep.mean), "std": list(prep.std),
-              "pixel_range": [0, 255]}
-    label_array = None if labels is None else np.asarray(labels, np.int64)
-    return {spec.name: images}, label_array, (f"{len(files)} images from {folder}",), record

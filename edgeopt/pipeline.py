@@ -22,13 +22,20 @@ from edgeopt.bundle import MANIFEST, check_destination, manifest_bytes, write_bu
 from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
 from edgeopt.comparison import compare_devices, compared_profiles
 from edgeopt.config import BuildConfig, primary_device
-from edgeopt.data import Dataset, Preprocessing, load_dataset, split_holdout
+from edgeopt.data import Dataset, DataSpec, load_data, permuted
 from edgeopt.devices.profile import DeviceProfile, load_profile
-from edgeopt.errors import ConfigError, ConversionError, DataError
+from edgeopt.errors import ConfigError, ConversionError
+from edgeopt.images import NCHW_TO_NHWC
 from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
 from edgeopt.snippets import usage_snippets
+from edgeopt.tflite_metadata import (
+    check_labels_file,
+    labels_record,
+    with_build_metadata,
+    with_packed_files,
+)
 from edgeopt.validate import Validation, compare
 
 SCHEMA_VERSION = 1
@@ -72,22 +79,11 @@ def resolve_scheme(config: BuildConfig, profile: DeviceProfile) -> str:
     return scheme
 
 
-def load_data(config: BuildConfig, handle: ModelHandle) -> tuple[Dataset, Dataset]:
-    if config.calib is None:
-        raise DataError("no calibration data: pass --calib PATH (.npz, .npy or an image "
-                        "folder), or --calib random for a smoke test whose accuracy "
-                        "figures mean nothing")
-    prep = Preprocessing(mean=config.mean or (0.0,), std=config.std or (255.0,))
-    calib = load_dataset(config.calib, handle.inputs, prep, "calibration", config.seed)
-    if config.eval is not None:
-        evaluation = load_dataset(config.eval, handle.inputs, prep, "evaluation", config.seed)
-        return calib, evaluation
-    return split_holdout(calib, config.eval_fraction)
-
-
-def _permuted(arrays: dict[str, np.ndarray], perms: dict) -> dict[str, np.ndarray]:
-    return {k: (np.ascontiguousarray(v.transpose(perms[k])) if k in perms else v)
-            for k, v in arrays.items()}
+def _build_data(config: BuildConfig, handle: ModelHandle) -> tuple[Dataset, Dataset]:
+    """--calib/--eval read as every command reads them (edgeopt.data.load_data)."""
+    spec = DataSpec(config.calib, config.eval, config.mean, config.std, config.seed,
+                    config.eval_fraction)
+    return load_data(spec, handle.inputs)
 
 
 def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, reference,
@@ -114,7 +110,7 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
     else:
         conversion["note"] = "input was already a float .tflite: no conversion"
     progress(f"quantizing ({scheme}, ranges: {config.method})")
-    arrays = _permuted(calib.arrays, conv.input_perms)
+    arrays = permuted(calib.arrays, conv.input_perms)
     if config.method == "converter":
         content, method = _converter_tflite(conv, scheme, profile, arrays)
         return Artifact(content, "tflite", method, runner_for(content), conversion)
@@ -122,7 +118,7 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         return Artifact(conv.tflite, "tflite", "none", runner_for(conv.tflite), conversion)
     from edgeopt.quantize import quantize_tflite
 
-    held = _permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
+    held = permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
     result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
                              held, evaluation.labels if held else None, progress)
     return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
@@ -253,11 +249,13 @@ def _data_record(config: BuildConfig, calib: Dataset, evaluation: Dataset) -> di
             "layout_notes": list(dict.fromkeys(calib.notes + evaluation.notes))}
 
 
-def _preprocessing(config: BuildConfig, calib: Dataset) -> dict:
+def _preprocessing(calib: Dataset, conversion: dict) -> dict:
+    """What the app repeats, in the layout the artifact takes: onnx2tf makes an NCHW image
+    input NHWC, so the app feeds the .tflite NHWC (`source_layout` keeps the source's)."""
     record = dict(calib.preprocessing)
-    if record.get("source") == "arrays" and (config.mean or config.std):
-        record["app_normalization"] = {"mean": list(config.mean or (0.0,)),
-                                       "std": list(config.std or (1.0,))}
+    perms = [list(p) for p in (conversion.get("input_layout_changes") or {}).values()]
+    if record.get("layout") == "NCHW" and perms == [list(NCHW_TO_NHWC)]:
+        record["layout"], record["source_layout"] = "NHWC", "NCHW"
     return record
 
 
@@ -268,6 +266,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
     if not calib.representative:
         notes.append("calibrated on random data (--calib random): the accuracy figures are "
                      "not representative; rebuild with real samples before shipping")
+    notes += list(dict.fromkeys(calib.warnings + evaluation.warnings))
     notes += _accuracy_notes(validation)
     if artifact.conversion.get("batch_fixed_to_1"):
         notes.append("edgeopt fixed the dynamic batch dimension to 1: mobile delegates (the "
@@ -295,11 +294,14 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
                   "artifact_bytes": len(artifact.content)},
         "source": {"file": handle.path.name, "format": handle.format},
         "data": _data_record(config, calib, evaluation),
-        "preprocessing": _preprocessing(config, calib),
+        "preprocessing": _preprocessing(calib, artifact.conversion),
         "notes": notes,
         "toolchain": _toolchain(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    labels = labels_record(config.labels, handle, specs.outputs, config.calib, config.eval)
+    if labels is not None:
+        manifest["labels"] = labels
     _placement_record(manifest, placement, handle.stem)
     _quantization_record(manifest, artifact.quant)
     return manifest
@@ -447,9 +449,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     check_destination(output)
     handle = with_input_shapes(load_model(config.model), config.input_shapes)
     config = replace(config, scheme=resolve_scheme(config, profile))
-    calib, evaluation = load_data(config, handle)
+    calib, evaluation = _build_data(config, handle)
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work
-        from edgeopt.tflite_metadata import check_labels_file
         check_labels_file(config.labels, handle)
     keras_model = None
     if handle.format == "keras":
@@ -470,9 +471,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
             artifact = _onnx_artifact(source, config, config.scheme, profile, calib, evaluation,
                                       progress)
         if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
-            from edgeopt.tflite_metadata import with_build_metadata
             artifact = with_build_metadata(artifact, config, handle, profile,
-                                           _preprocessing(config, calib))
+                                           _preprocessing(calib, artifact.conversion))
         progress(f"validating in {artifact.runner.label}")
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                              evaluation.labels)
@@ -480,7 +480,6 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     progress(f"placing ops on {profile.delegate}")
     placement = place_artifact(artifact, profile, config.require_full_delegation)
     if placement is not None and placement.artifact:  # Vela keeps the metadata, not its files
-        from edgeopt.tflite_metadata import with_packed_files
         placement = replace(placement, artifact=with_packed_files(artifact.content,
                                                                   placement.artifact))
     progress(f"estimating latency and energy on {profile.name}")

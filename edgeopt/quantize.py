@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from edgeopt.calibration.recipes import load_recipe
 from edgeopt.calibration.report import render_layer_chart
 from edgeopt.choices import RangeMethod, values
 from edgeopt.converters.float_tflite import to_float_tflite
-from edgeopt.data import Preprocessing, load_dataset, split_holdout
+from edgeopt.data import DataSpec, load_data, permuted
 from edgeopt.errors import ConfigError
 from edgeopt.model import load_model, tflite_interpreter
 from edgeopt.tflite_metadata import check_labels_file, with_quantize_metadata
@@ -83,13 +84,11 @@ def build_config(options: dict) -> QuantConfig:
 
 
 def _data(handle, options: dict):
-    prep = Preprocessing(mean=options.get("mean") or (0.0,), std=options.get("std") or (255.0,))
-    calib = load_dataset(options["calib"], handle.inputs, prep, "calibration")
-    if options.get("eval"):
-        return calib, load_dataset(options["eval"], handle.inputs, prep, "evaluation")
-    if options.get("accuracy_budget") is not None and calib.count >= 4:
-        return split_holdout(calib, 0.25)
-    return calib, None
+    """--calib/--eval as every command reads them; a held-back share only for the budget
+    search, which must not score on the samples it calibrated on."""
+    spec = DataSpec(options["calib"], options.get("eval"), options.get("mean"),
+                    options.get("std"))
+    return load_data(spec, handle.inputs, hold_out=options.get("accuracy_budget") is not None)
 
 
 def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
@@ -99,11 +98,6 @@ def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple
     samples = {k: v[:8] for k, v in calib.arrays.items()}
     conversion = to_float_tflite(handle, workdir, samples)
     return conversion.tflite, dict(conversion.input_perms)
-
-
-def _permuted(arrays: dict, perms: dict) -> dict:
-    return {k: np.ascontiguousarray(v.transpose(perms[k])) if k in perms else v
-            for k, v in arrays.items()}
 
 
 def _keyed(arrays: dict, float_tflite: bytes) -> dict:
@@ -134,11 +128,18 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
     else:
         result = _to_tflite(handle, calib, evaluation, config, progress)
         result = with_quantize_metadata(result, handle, options, calib)
+    result = _with_data_warnings(result, calib, evaluation)
     _write_atomically(output, result.model)
     if options.get("report"):
         _write_atomically(Path(options["report"]), report_page(result).encode())
     return {"output": str(output), "source": {"file": str(handle.path), "format":
             handle.format, "size_bytes": handle.size_bytes}, **result.to_json()}
+
+
+def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
+    """What did not fit the model in the data (images, few samples) leads the warnings."""
+    found = calib.warnings + (evaluation.warnings if evaluation else ())
+    return replace(result, warnings=list(dict.fromkeys([*found, *result.warnings])))
 
 
 def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> QuantResult:
@@ -147,8 +148,8 @@ def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> Quan
         progress("converting to a float .tflite")
     with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
         float_tflite, perms = _tflite_inputs(handle, Path(tmp), calib)
-    arrays = _keyed(_permuted(calib.arrays, perms), float_tflite)
-    eval_arrays = _keyed(_permuted(evaluation.arrays, perms), float_tflite) if evaluation \
+    arrays = _keyed(permuted(calib.arrays, perms), float_tflite)
+    eval_arrays = _keyed(permuted(evaluation.arrays, perms), float_tflite) if evaluation \
         else None
     labels = evaluation.labels if evaluation else None
     return quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)

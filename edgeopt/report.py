@@ -11,6 +11,7 @@ import html
 
 from edgeopt import report_svg as svg
 from edgeopt.report_compression import compression_body
+from edgeopt.report_data import data_rows
 from edgeopt.report_svg import Bar
 
 _CSS = """
@@ -286,10 +287,7 @@ def _estimate(m: dict, detail: dict | None) -> str:
 
 
 def _data(m: dict) -> str:
-    d = m["data"]
-    rows = [(k.replace("_", " "), _e("; ".join(v) if isinstance(v, list) else v))
-            for k, v in d.items()]
-    return _section("data", "Data", _table(rows))
+    return _section("data", "Data", _table(data_rows(m)))
 
 
 def _toolchain(m: dict) -> str:

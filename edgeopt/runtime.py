@@ -114,6 +114,27 @@ def ort_run(session, feeds: dict, outputs: list[str] | None = None) -> list:
         timer.cancel()
 
 
+ORT_BATCH = 64
+
+
+def ort_batch(session) -> int:
+    """The batch an onnxruntime session takes: its fixed batch dimension, else ORT_BATCH."""
+    fixed = [i.shape[0] for i in session.get_inputs() if i.shape and isinstance(i.shape[0], int)]
+    return fixed[0] if fixed else ORT_BATCH
+
+
+def ort_run_batches(session, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """All samples through `session` in the batches it takes, each under `ort_run`'s
+    deadline; one float32 array per output. onnxruntime's own errors propagate (the
+    caller words them); the deadline is a ConversionError."""
+    names = [i.name for i in session.get_inputs()]
+    count = len(next(iter(feeds.values())))
+    step = ort_batch(session)
+    chunks = [ort_run(session, {n: feeds[n][start:start + step] for n in names})
+              for start in range(0, count, step)]
+    return [np.concatenate(outs).astype(np.float32, copy=False) for outs in zip(*chunks)]
+
+
 class OnnxRunner:
     label = "onnxruntime (CPU)"
 
@@ -133,23 +154,15 @@ class OnnxRunner:
                                   f"{first_line(exc)}") from exc
         self.inputs = self.session.get_inputs()
         self.input_names = [i.name for i in self.inputs]
-        fixed = [i.shape[0] for i in self.inputs if i.shape and isinstance(i.shape[0], int)]
-        self.batch = fixed[0] if fixed else None
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        count = len(next(iter(feeds.values())))
-        step = self.batch or 64
-        chunks = []
-        for start in range(0, count, step):
-            chunk = {k: v[start:start + step] for k, v in feeds.items()}
-            try:
-                chunks.append(ort_run(self.session, chunk))
-            except ConversionError:
-                raise
-            except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
-                raise ConversionError(f"onnxruntime could not run the model on these inputs: "
-                                      f"{first_line(exc)}") from exc
-        return [np.concatenate(outs).astype(np.float32, copy=False) for outs in zip(*chunks)]
+        try:
+            return ort_run_batches(self.session, feeds)
+        except ConversionError:
+            raise
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
+            raise ConversionError(f"onnxruntime could not run the model on these inputs: "
+                                  f"{first_line(exc)}") from exc
 
 
 class KerasRunner:

@@ -12,7 +12,8 @@ import json
 _PYTHON = '''"""Run {file} as edgeopt validated it: python usage/predict.py INPUTS
 
 INPUTS is an .npz/.npy of preprocessed arrays (as given to edgeopt), or image files.
-Prints one JSON line: the outputs' argmax per sample and the raw outputs' shapes.
+Prints one JSON line: the outputs' argmax per sample, the class names of those indices
+when the bundle knows them (manifest.json "labels"), and the raw outputs' shapes.
 """
 
 import json
@@ -33,6 +34,12 @@ def preprocess_image(path):
     height, width = prep["resize"]
     with Image.open(path) as img:
         img = img.convert("L" if prep["color"] == "grayscale" else "RGB")
+        if prep.get("resize_mode", "").startswith("cover"):  # keep the aspect, crop the centre
+            scale = max(width / img.width, height / img.height)
+            size = (max(width, round(img.width * scale)), max(height, round(img.height * scale)))
+            img = img.resize(size, Image.BILINEAR)
+            left, top = (size[0] - width) // 2, (size[1] - height) // 2
+            img = img.crop((left, top, left + width, top + height))
         pixels = np.asarray(img.resize((width, height), Image.BILINEAR), np.float32)
     if pixels.ndim == 2:
         pixels = pixels[..., None]
@@ -107,10 +114,32 @@ def predict(samples):
     return run(samples)
 
 
+USAGE = """usage: python usage/predict.py INPUTS...
+  INPUTS: an .npz/.npy of arrays preprocessed as given to edgeopt, or image files
+  example: python usage/predict.py samples.npz"""
+
+
+def main(args):
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        return 0 if args else 2
+    missing = [a for a in args if not Path(a).is_file()]
+    if missing:
+        print(f"predict.py: no such file: {{missing[0]}}\\n{{USAGE}}", file=sys.stderr)
+        return 2
+    outputs = predict(load_inputs(args))
+    argmax = outputs[0].reshape(len(outputs[0]), -1).argmax(1).tolist()
+    record = {{"argmax": argmax}}
+    names = (MANIFEST.get("labels") or {{}}).get("names")
+    if names:
+        record["labels"] = [names[i] if i < len(names) else str(i) for i in argmax]
+    record["shapes"] = [list(o.shape) for o in outputs]
+    print(json.dumps(record))
+    return 0
+
+
 if __name__ == "__main__":
-    outputs = predict(load_inputs(sys.argv[1:]))
-    print(json.dumps({{"argmax": outputs[0].reshape(len(outputs[0]), -1).argmax(1).tolist(),
-                      "shapes": [list(o.shape) for o in outputs]}}))
+    sys.exit(main(sys.argv[1:]))
 '''
 
 _KOTLIN = '''// {file} on Android with LiteRT (com.google.ai.edge.litert:litert, the

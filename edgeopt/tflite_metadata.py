@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from edgeopt.errors import DataError
+from edgeopt.images import class_names
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -484,13 +485,7 @@ def folder_class_names(spec: str | None) -> tuple[str, ...] | None:
     """Class names of an image folder with one subfolder per class (edgeopt.data's order)."""
     if not spec or spec == "random" or not Path(spec).is_dir():
         return None
-    names = sorted(p.name for p in Path(spec).iterdir() if p.is_dir())
-    if not names:
-        return None
-    if not all(n.isdigit() for n in names):
-        return tuple(names)
-    by_index = {int(n): n for n in names}
-    return tuple(by_index.get(i, str(i)) for i in range(max(by_index) + 1))
+    return class_names(Path(spec))
 
 
 # --- what each command knows: build, convert, quantize ----------------------------------
@@ -529,19 +524,38 @@ def labels_from(labels_file: str | None, *data_specs: str | None,
                 source: bytes | None = None) -> tuple[tuple | None, bool]:
     """(labels, optional): a label file must fit; the source .tflite's own label file and
     class folders are used when they fit."""
+    labels, optional, _ = labels_with_source(labels_file, *data_specs, source=source)
+    return labels, optional
+
+
+def labels_with_source(labels_file: str | None, *data_specs: str | None,
+                       source: bytes | None = None) -> tuple[tuple | None, bool, str]:
+    """`labels_from` and where the names came from, in words."""
     if labels_file:
-        return read_labels(labels_file), False
+        return read_labels(labels_file), False, f"--labels {Path(labels_file).name}"
     try:
         packed = source_labels(source) if source else None
     except (IndexError, ValueError, TypeError, struct.error):  # malformed foreign metadata
         packed = None
     if packed:
-        return packed, True
+        return packed, True, "the label file packed in the source .tflite"
     for spec in data_specs:
         names = folder_class_names(spec)
         if names:
-            return names, True
-    return None, False
+            return names, True, (f"the class subfolders of {Path(spec).name}, sorted by name "
+                                 "(numerically when every name is a number)")
+    return None, False, ""
+
+
+def labels_record(labels_file: str | None, handle, outputs, *data_specs: str | None
+                  ) -> dict | None:
+    """The manifest's `labels`: class names in output order (label i names output index i)
+    and their source; None when there are none or they fit no output's last dimension."""
+    source = handle.path.read_bytes() if handle.format == "tflite" else None
+    labels, _, where = labels_with_source(labels_file, *data_specs, source=source)
+    if not labels or not any(s.shape and s.shape[-1] == len(labels) for s in outputs):
+        return None
+    return {"names": list(labels), "source": where}
 
 
 def source_spec(handle, description: str, preprocessing: dict, labels_file: str | None,
@@ -573,11 +587,9 @@ def with_build_metadata(artifact, config, handle, profile, preprocessing: dict):
 
 
 def with_quantize_metadata(result, handle, options: dict, calib):
-    """`edgeopt quantize`'s result with metadata; --mean/--std count for array data too."""
+    """`edgeopt quantize`'s result with metadata; --mean/--std count for array data too
+    (edgeopt.data.load_data records them, with build's defaults)."""
     preprocessing = dict(calib.preprocessing)
-    if preprocessing.get("source") == "arrays" and (options.get("mean") or options.get("std")):
-        preprocessing["app_normalization"] = {"mean": list(options.get("mean") or (0.0,)),
-                                              "std": list(options.get("std") or (255.0,))}
     text = (f"{handle.stem} ({handle.path.name}, {handle.format}): scheme {result.scheme}, "
             f"{result.method}.")
     spec = source_spec(handle, text, preprocessing, options.get("labels"),

@@ -159,3 +159,16 @@ def test_latency_summary_is_the_distribution_of_runs():
     lat = summarize_ms([1.0, 2.0, 3.0, 4.0, 100.0])
     assert (lat.median, lat.min, lat.max) == (3.0, 1.0, 100.0)
     assert lat.mean == pytest.approx(22.0) and 4.0 < lat.p90 < 100.0
+
+
+def test_numerics_inputs_that_do_not_fit_fail_before_any_run(bench, tiny_float_tflite, tmp_path):
+    """--inputs of the wrong shape is refused before the benchmark runs, not after it."""
+    import numpy as np
+
+    from conftest import assert_user_error
+
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, image=np.zeros((4, 8, 8, 3), np.float32))
+    result = bench(tiny_float_tflite, "--runs", 5, "--check-numerics", "--inputs", wrong)
+    assert_user_error(result, "has shape (4, 8, 8, 3)")
+    assert "runs" not in result.stderr  # the run progress line never came

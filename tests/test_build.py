@@ -424,3 +424,68 @@ def test_a_model_its_runtime_cannot_run_is_a_clear_error(run_cli, tmp_path):
                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])])
     assert_user_error(run_cli("build", bad, "--calib", "random", "-o", tmp_path / "o"),
                       "onnxruntime could not run the model")
+
+
+def test_images_that_do_not_fit_are_said_in_the_manifest_and_on_the_terminal(run_cli, tmp_path):
+    """Colour photos of another aspect ratio for a 1-channel model, and too few of them to
+    validate on: the build goes on and says all three, with the counts."""
+    from PIL import Image
+
+    from conftest import tiny_onnx
+
+    model = tiny_onnx(tmp_path / "gray.onnx", channels=1)
+    rng = np.random.default_rng(0)
+    for i in range(10):
+        (tmp_path / "photos").mkdir(exist_ok=True)
+        pixels = rng.integers(0, 256, (24, 40, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / "photos" / f"{i}.jpg")
+    result = run_cli("build", model, "--device", "host-cpu", "--format", "onnx", "--calib",
+                     tmp_path / "photos", "-o", tmp_path / "dist")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((tmp_path / "dist" / "manifest.json").read_text())
+    notes = manifest["notes"]
+    for fragment in ("10 of 10 images are colour", "10 of 10 images (40x24) have another "
+                     "aspect ratio", "validated on only 2 sample(s)"):
+        assert any(fragment in n for n in notes), notes
+        assert fragment in result.stdout + result.stderr
+    assert manifest["preprocessing"]["resize_mode"] == "cover, centre crop"
+
+
+def test_python_snippet_without_inputs_prints_its_usage(sample_builds):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(sample_builds["onnx"] / "usage" / "predict.py")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith("usage: python usage/predict.py")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_class_folders_name_the_classes_in_the_manifest_and_the_snippet(run_cli, tmp_path):
+    """Subfolders sorted by name are the label indices; predict.py prints their names."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    from conftest import tiny_onnx
+
+    model = tiny_onnx(tmp_path / "pets.onnx", channels=3, size=16, classes=4)
+    rng = np.random.default_rng(2)
+    names = ["bird", "cat", "dog", "fish"]
+    for name in reversed(names):  # creation order must not matter
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for i in range(10):
+            pixels = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "images" / name / f"{i}.png")
+    out = tmp_path / "dist"
+    result = run_cli("build", model, "--device", "host-cpu", "--format", "onnx", "--calib",
+                     tmp_path / "images", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    labels = _manifest(out)["labels"]
+    assert labels["names"] == names and "sorted by name" in labels["source"]
+    images = [str(tmp_path / "images" / n / "0.png") for n in names]
+    printed = json.loads(subprocess.run([sys.executable, str(out / "usage" / "predict.py"),
+                                         *images], capture_output=True, text=True,
+                                        timeout=120, check=True).stdout)
+    assert printed["labels"] == [names[i] for i in printed["argmax"]]

@@ -109,3 +109,111 @@ def test_labels_must_match(tmp_path):
     np.savez(tmp_path / "l.npz", image=np.zeros((3, 32, 32, 1), np.float32), labels=[1, 2])
     with pytest.raises(DataError, match="2 labels for 3 samples"):
         load_dataset(str(tmp_path / "l.npz"), NHWC)
+
+
+# --- image folders that do not fit the model ---------------------------------------------
+
+def _save(path, pixels) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.asarray(pixels, np.uint8)).save(path)
+
+
+def test_colour_photos_for_a_one_channel_input_are_converted_and_said(tmp_path):
+    red = np.zeros((32, 32, 3), np.uint8)
+    red[..., 0] = 255
+    _save(tmp_path / "red.png", red)
+    _save(tmp_path / "gray_as_rgb.png", np.full((32, 32, 3), 100))  # no colour: nothing to say
+    data = load_dataset(str(tmp_path), NHWC)
+    # Pillow's L = 0.299 R + 0.587 G + 0.114 B (ITU-R 601-2), rounded
+    np.testing.assert_allclose(data.arrays["image"][1], 76 / 255, atol=1e-6)
+    np.testing.assert_allclose(data.arrays["image"][0], 100 / 255, atol=1e-6)
+    [warning] = data.warnings
+    assert "1 of 2 images are colour" in warning and "grayscale" in warning
+    assert data.preprocessing["color"] == "grayscale"
+
+
+def test_grayscale_images_for_an_rgb_input_are_said(tmp_path):
+    _save(tmp_path / "g.png", np.full((16, 16), 7))
+    data = load_dataset(str(tmp_path), (TensorSpec("image", (-1, 16, 16, 3), "float32"),))
+    assert data.arrays["image"].shape == (1, 16, 16, 3)
+    assert any("grayscale but input 'image' takes RGB" in w for w in data.warnings)
+
+
+def test_another_aspect_ratio_is_centre_cropped_and_said(tmp_path):
+    wide = np.zeros((32, 64), np.uint8)   # 64 wide, 32 high: black edges, white centre
+    wide[:, 16:48] = 255
+    _save(tmp_path / "wide.png", wide)
+    data = load_dataset(str(tmp_path), NHWC)
+    # stretched, half the pixels would be black; the centre crop keeps only the white square
+    np.testing.assert_allclose(data.arrays["image"], 1.0)
+    assert data.preprocessing["resize_mode"] == "cover, centre crop"
+    [warning] = data.warnings
+    assert "1 of 1 images (64x32) have another aspect ratio" in warning
+    assert "centre-cropped" in warning
+
+
+def test_images_smaller_than_the_input_are_upscaled_and_said(tmp_path):
+    _save(tmp_path / "a.png", np.full((8, 8), 255))
+    _save(tmp_path / "b.png", np.full((32, 32), 255))
+    data = load_dataset(str(tmp_path), NHWC)
+    [warning] = data.warnings
+    assert "1 of 2 images are smaller than input 'image' (32x32; smallest 8x8)" in warning
+
+
+def test_images_that_fit_raise_no_warning():
+    assert load_dataset(str(SAMPLES / "images"), NHWC).warnings == ()
+
+
+def test_few_evaluation_samples_are_a_warning_with_the_count(tmp_path):
+    from edgeopt.data import FEW_EVAL_SAMPLES, DataSpec, load_data
+
+    for i in range(10):
+        _save(tmp_path / f"{i}.png", np.full((32, 32), i * 20))
+    calib, evaluation = load_data(DataSpec(str(tmp_path)), NHWC)
+    assert (calib.count, evaluation.count) == (8, 2)
+    [warning] = evaluation.warnings
+    assert "validated on only 2 sample(s)" in warning and str(FEW_EVAL_SAMPLES) in warning
+    _, enough = load_data(DataSpec(str(SAMPLES / "digits_eval.npz")), NHWC)
+    assert enough.count == 80 and enough.warnings == ()
+
+
+def test_class_order_is_by_name_or_by_number(tmp_path):
+    for name in ("zebra", "Ant", "cat"):
+        _save(tmp_path / "named" / name / "x.png", np.zeros((8, 8)))
+    for name in ("10", "2", "0"):
+        _save(tmp_path / "numbered" / name / "x.png", np.zeros((8, 8)))
+    named = load_dataset(str(tmp_path / "named"), NHWC)
+    assert named.class_names == ("Ant", "cat", "zebra") and named.labels.tolist() == [0, 1, 2]
+    numbered = load_dataset(str(tmp_path / "numbered"), NHWC)
+    assert numbered.labels.tolist() == [0, 2, 10] and numbered.class_names[10] == "10"
+
+
+def test_one_set_of_defaults():
+    """Every command's --mean/--std fall back to the same defaults as Preprocessing()."""
+    from edgeopt.data import DataSpec
+
+    assert DataSpec("x").preprocessing == Preprocessing() == Preprocessing((0.0,), (255.0,))
+    assert DataSpec("x", mean=(127.5,)).preprocessing == Preprocessing((127.5,), (255.0,))
+
+
+@pytest.mark.parametrize("command", [
+    ("build", "--device", "pixel-npu", "--calib", "{bad}", "-o", "{out}"),
+    ("build", "--calib", str(SAMPLES / "digits_calib.npz"), "--eval", "{bad}", "-o", "{out}"),
+    ("quantize", "--calib", "{bad}", "-o", "{out}.tflite"),
+    ("convert", "--calib", "{bad}", "-o", "{out}.tflite"),
+    ("compress", "--prune", "0.5", "--data", "{bad}", "-o", "{out}.tflite"),
+])
+def test_data_of_the_wrong_shape_fails_before_any_conversion(run_cli, tmp_path, command):
+    """The sample with 28x28 arrays: refused when the data is read, before converting."""
+    from conftest import assert_user_error
+
+    bad = tmp_path / "wrong.npz"
+    np.savez(bad, image=np.zeros((20, 28, 28, 1), np.float32))
+    args = [a.format(bad=bad, out=tmp_path / "out") for a in command]
+    result = run_cli(args[0], SAMPLES / "digits_cnn.onnx", *args[1:])
+    assert_user_error(result, "has shape (20, 28, 28, 1) but the model takes (N, 1, 32, 32)")
+    for step in ("converting", "running the float", "quantizing", "pruning", "reading"):
+        assert step not in result.stderr, result.stderr
+    assert not list(tmp_path.glob("out*"))

@@ -93,3 +93,47 @@ def test_calibrating_a_phone_needs_its_measurements(user_cache, tmp_path):
     empty.write_text("")
     with pytest.raises(ConfigError, match="no bench records of device 'pixel-cpu'"):
         calibrate(CalibrationConfig("pixel-cpu", records=empty))
+
+
+def test_calibrate_to_a_file_says_how_to_use_it_and_changes_nothing_else(user_cache, tmp_path):
+    """-o FILE outside the user cache: `--device host-cpu` keeps the shipped profile, and the
+    message says so instead of claiming it now uses the file."""
+    mine = tmp_path / "mine.toml"
+    result = CliRunner().invoke(calibrate_command, ["host-cpu", "--quick", "-o", str(mine)])
+    assert result.exit_code == 0, result.output
+    assert "now uses it" not in result.output
+    assert f"use it with `--device {mine}`" in result.output
+    assert "`--device host-cpu` still uses the shipped one" in result.output
+    assert load_profile("host-cpu").origin == "shipped"
+    assert load_profile(str(mine)).description.endswith("[calibrated]")
+
+
+def test_devices_marks_a_profile_from_the_user_cache(user_cache, tmp_path):
+    from edgeopt.devices.listing import devices_table
+    from edgeopt.devices.profile import all_profiles
+
+    plain = devices_table([p.summary() for p in all_profiles()])
+    assert "*" not in plain
+    user_cache.mkdir(parents=True)
+    shipped = load_profile("host-cpu").path
+    (user_cache / "host-cpu.toml").write_text(open(shipped, encoding="utf-8").read())
+    marked = devices_table([p.summary() for p in all_profiles()]).splitlines()
+    assert [line.split()[0] for line in marked[1:] if line.split()[1] == "*"] == ["host-cpu"]
+    assert marked[-1].startswith("* host-cpu: calibrated on this machine, "
+                                 f"{user_cache / 'host-cpu.toml'}")
+
+
+def test_readme_device_table_is_the_shipped_profiles(user_cache):
+    """README shows what a fresh install prints, not a profile calibrated on this machine."""
+    from conftest import ROOT
+    from edgeopt.devices.listing import devices_table
+    from edgeopt.devices.profile import all_profiles
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    start = readme.index("    $ edgeopt devices") + 1
+    shown = []
+    for line in readme[start:]:
+        if not line.strip():
+            break
+        shown.append(line[4:])
+    assert shown == devices_table([p.summary() for p in all_profiles()]).splitlines()

@@ -82,3 +82,33 @@ def test_an_already_quantized_model_is_refused(run, tiny_onnx_path, calib, tmp_p
     assert run("quantize", tiny_onnx_path, "--calib", calib, "-o", first).exit_code == 0
     assert_user_error(run("quantize", first, "--calib", calib, "-o", tmp_path / "qq.onnx"),
                       "already quantized")
+
+
+def test_build_and_quantize_hold_back_the_same_share(run, run_cli, tiny_onnx_path,
+                                                     tiny_nhwc_data, tmp_path):
+    """Drift: without --eval build held back a fifth, quantize (--accuracy-budget) a quarter."""
+    from edgeopt.data import HOLDOUT_SHARE
+
+    built = run_cli("build", tiny_onnx_path, "--device", "host-cpu", "--format", "onnx",
+                    "--calib", tiny_nhwc_data, "-o", tmp_path / "d", "--json")
+    assert built.exit_code == 0, built.stderr
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    result = run("quantize", tiny_onnx_path, "--calib", tiny_nhwc_data, "--accuracy-budget",
+                 "5", "-o", tmp_path / "q.onnx", "--json")
+    assert result.exit_code == 0, result.stderr
+    held = json.loads(result.stdout)["validation"]["samples"]
+    assert held == manifest["data"]["evaluation_samples"] == 64 // round(1 / HOLDOUT_SHARE)
+
+
+def test_quantize_says_what_did_not_fit_in_the_images(run, tiny_onnx_path, tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    (tmp_path / "wide").mkdir()
+    for i in range(10):
+        pixels = rng.integers(0, 256, (16, 32, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / "wide" / f"{i}.png")
+    result = run("quantize", tiny_onnx_path, "--calib", tmp_path / "wide", "-o",
+                 tmp_path / "q.onnx")
+    assert result.exit_code == 0, result.stderr
+    assert "warning   10 of 10 images (32x16) have another aspect ratio" in result.stdout

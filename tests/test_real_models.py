@@ -59,7 +59,9 @@ def test_pp_ocr_text_direction_classifier_for_pixel_npu(run_cli, tmp_path, photo
     assert manifest["inputs"][0]["shape"] == [1, 48, 192, 3]
     assert manifest["inputs"][0]["dtype"] == "int8"
     assert manifest["validation"]["cosine"] > 0.98
-    assert manifest["preprocessing"]["layout"] == "NCHW"
+    # the app feeds the .tflite NHWC, as its input shape says; the source took NCHW
+    assert (manifest["preprocessing"]["layout"], manifest["preprocessing"]["source_layout"]) \
+        == ("NHWC", "NCHW")
 
 
 def test_pp_ocr_detector_needs_a_fixed_shape(run_cli, tmp_path, photo_crops, text_crops):

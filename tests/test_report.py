@@ -144,3 +144,26 @@ def test_readme_screenshot_is_the_sample_report():
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 400_000
     assert "docs/report.png" in (ROOT / "README.md").read_text()
+
+
+def test_data_section_is_written_in_words_with_the_artifacts_layout(run_cli, tmp_path,
+                                                                     tiny_onnx_path,
+                                                                     tiny_nhwc_data):
+    """NHWC arrays for an NCHW ONNX model, built to .tflite (NHWC): the section names the
+    layout each side really has, and prints no Python values (True, lists, dicts)."""
+    result = run_cli("build", tiny_onnx_path, "--device", "host-cpu", "--calib",
+                     tiny_nhwc_data, "-o", tmp_path / "d", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = _section((tmp_path / "d" / "report.html").read_text(), "data")
+    text = html.unescape(re.sub(r"<[^>]+>", " ", data))
+    assert "the .tflite artifact takes NHWC [1, 16, 16, 3]" in text
+    assert "the onnx source takes NCHW, the conversion moved it to NHWC" in text
+    assert "the data was given NHWC and transposed to the source model's NCHW" in text
+    assert "calib.npz: 52 samples" in text and "yes: accuracy is measured against them" in text
+    for python_value in ("True", "False", "None", "['", "{'"):
+        assert python_value not in text, python_value
+
+
+def test_data_section_of_random_data_says_it_is_not_representative(compared):
+    text = html.unescape(re.sub(r"<[^>]+>", " ", _section(compared[1], "data")))
+    assert "random inputs, not representative" in text and "True" not in text

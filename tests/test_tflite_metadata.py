@@ -339,3 +339,27 @@ def test_build_refuses_a_missing_label_file_before_converting(keras_model, image
                      tmp_path / "missing.txt", "-o", tmp_path / "dist")
     assert_user_error(result, "label file not found")
     assert "converting" not in result.stderr and not (tmp_path / "dist").exists()
+
+
+def _input_normalization(tflite: bytes) -> tuple[list[float], list[float]]:
+    _, meta, _ = read_metadata(tflite)
+    options = meta.subgraphMetadata[0].inputTensorMetadata[0].processUnits[0].options
+    return list(options.mean), list(options.std)
+
+
+def test_build_and_quantize_write_the_same_normalization_for_the_same_flags(
+        keras_model, tmp_path, run_cli):
+    """Drift: build filled a missing --std with 1.0, quantize with 255 (the documented
+    default), so the same flags gave two different NormalizationOptions."""
+    data = tmp_path / "arrays.npz"
+    np.savez(data, image=np.random.default_rng(5).random((12, 16, 16, 3), dtype=np.float32))
+    flags = ("--calib", data, "--mean", "127.5", "--json")
+    built = run_cli("build", keras_model, "--device", "host-cpu", *flags, "-o", tmp_path / "d")
+    assert built.exit_code == 0, built.stderr
+    quantized = run_cli("quantize", keras_model, *flags, "-o", tmp_path / "q.tflite")
+    assert quantized.exit_code == 0, quantized.stderr
+    from_build = _input_normalization((tmp_path / "d" / "pets.tflite").read_bytes())
+    from_quantize = _input_normalization((tmp_path / "q.tflite").read_bytes())
+    assert from_build == from_quantize == ([127.5], [255.0])
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert manifest["preprocessing"]["app_normalization"] == {"mean": [127.5], "std": [255.0]}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeopt.data import load_dataset
+from edgeopt.data import DataSpec, load_data
 from edgeopt.devices.runners.delegates import HostDelegate
 from edgeopt.devices.runners.sessions import LiteRTSession, OrtSession, random_inputs
 from edgeopt.model import ModelHandle, TensorSpec
@@ -30,7 +30,8 @@ def numerics_inputs(handle: ModelHandle, spec: str | None, samples: int,
                     seed: int = 0) -> dict[str, np.ndarray]:
     """`samples` inputs from a data file (--inputs) or seeded random ones."""
     if spec and spec != "random":
-        data = load_dataset(spec, handle.inputs, role="numerics")
+        data = load_data(DataSpec(spec, calib_role="numerics"), handle.inputs,
+                         hold_out=False)[0]
         return {k: v[:samples] for k, v in data.arrays.items()}
     return random_inputs(handle.inputs, seed, count=samples)
 

@@ -16,9 +16,9 @@ from importlib import metadata
 import numpy as np
 
 from edgeopt.devices.runners.delegates import HostDelegate
-from edgeopt.errors import DeviceError, ModelLoadError, first_line
+from edgeopt.errors import DeviceError, EdgeoptError, ModelLoadError, first_line
 from edgeopt.model import ModelHandle, TensorSpec
-from edgeopt.runtime import TFLiteRunner
+from edgeopt.runtime import TFLiteRunner, ort_run_batches
 
 
 def _version(package: str) -> str:
@@ -119,11 +119,14 @@ class OrtSession:
         return self
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """One sample at a time (models with a fixed batch of 1 take nothing else)."""
-        count = len(next(iter(feeds.values())))
-        outputs = [self.session.run(None, {k: v[i:i + 1] for k, v in feeds.items()})
-                   for i in range(count)]
-        return [np.concatenate(o).astype(np.float32, copy=False) for o in zip(*outputs)]
+        """All samples in the batches the model takes, under edgeopt's run deadline."""
+        try:
+            return ort_run_batches(self.session, feeds)
+        except EdgeoptError:
+            raise
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
+            raise ModelLoadError(f"onnxruntime could not run the model on these inputs: "
+                                 f"{first_line(exc)}") from exc
 
 
 def open_session(handle: ModelHandle, threads: int | None, delegate: HostDelegate):

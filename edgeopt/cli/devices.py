@@ -8,10 +8,9 @@ import click
 
 from edgeopt.cli.shared import DEVICE, FILE, emit_json, example, json_option, step_progress
 from edgeopt.devices.calibrate import CalibrationConfig, calibrate
+from edgeopt.devices.listing import devices_table
 from edgeopt.devices.profile import all_profiles
-from edgeopt.terminal import table
 
-COLUMNS = ("name", "kind", "delegate", "precision", "io", "formats")
 
 
 @click.group("devices", epilog=example("edgeopt devices --json"), invoke_without_command=True)
@@ -24,9 +23,7 @@ def command(ctx: click.Context, as_json: bool) -> None:
     profiles = [p.summary() for p in all_profiles()]
     if as_json:
         return emit_json({"devices": profiles})
-    rows = [(p["name"], p["kind"], p["delegate"], p["precision"], p["io_dtype"],
-             ",".join(p["formats"])) for p in profiles]
-    click.echo(table(COLUMNS, rows))
+    click.echo(devices_table(profiles))
 
 
 @command.command("calibrate", epilog=example(
@@ -50,13 +47,14 @@ def calibrate_command(device: str, threads: int, quick: bool, records: str | Non
     config = CalibrationConfig(device, threads, quick, _path(records), _path(output))
     with step_progress(as_json) as progress:
         result = calibrate(config, progress=progress)
-    record = {"device": device, "profile": str(result.path), "samples": result.samples,
+    record = {"device": device, "profile": str(result.path), "use": result.usage,
+              "samples": result.samples,
               "host": result.host.describe() if result.host else None, **result.fit.to_json()}
     if as_json:
         return emit_json(record)
     click.echo(f"wrote {result.path}: {result.samples} measurements, rms error "
                f"{result.fit.rms_error:.1%} (before the fit {record['prior_rms_error']:.1%}); "
-               f"`--device {device}` now uses it")
+               f"{result.usage}")
 
 
 def _path(value: str | None) -> Path | None:

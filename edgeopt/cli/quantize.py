@@ -28,7 +28,7 @@ from edgeopt.quiet import library_output_to_log
 @click.option("--calib", type=PATH, required=True, help="Calibration data: .npz, .npy or an "
               "image folder.")
 @click.option("--eval", "eval", type=PATH, default=None, help="Evaluation data (labels "
-              "optional); default: the calibration data (a held-back share with "
+              "optional); default: the calibration data (a held-back fifth with "
               "--accuracy-budget).")
 @click.option("-o", "--output", type=PATH, required=True, help="Quantized model to write: "
               ".tflite (ai-edge-quantizer) or .onnx (onnxruntime QDQ).")
