@@ -30,7 +30,7 @@ from edgeopt.compression.tflite_sparse import write_sparse_tflite
 from edgeopt.converters.onnx_keras import export_onnx, import_onnx
 from edgeopt.converters.onnx_to_tf import fixed_shapes, static_onnx
 from edgeopt.converters.tf_source import from_keras, run_converter
-from edgeopt.data import Preprocessing, load_dataset
+from edgeopt.data import DataSpec, load_data
 from edgeopt.errors import ConfigError, DataError
 from edgeopt.model import load_keras, load_model, with_input_shapes
 from edgeopt.validate import compare

@@ -12,7 +12,6 @@ from edgeopt.devices.listing import devices_table
 from edgeopt.devices.profile import all_profiles
 
 
-
 @click.group("devices", epilog=example("edgeopt devices --json"), invoke_without_command=True)
 @json_option
 @click.pass_context
