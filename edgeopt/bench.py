@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from edgeopt.atomic import check_output_path
 from edgeopt.errors import ConfigError, DeviceError, EdgeoptError, ModelLoadError
 
 HOST_WARMUP, ADB_WARMUP = 5, 1
@@ -262,6 +263,8 @@ def _check(config: BenchConfig) -> None:
     if config.clock == "cpu" and (config.threads != 1 or config.adb is not None or config.ssh):
         raise ConfigError("--clock cpu times the calling thread: it needs --threads 1, on "
                           "the host")
+    if config.record is not None:  # a FIFO or folder as --record fails before the runs
+        check_output_path(config.record, make_parents=True)
 
 
 # --- the command ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any
 import click
 import numpy as np
 
+from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.errors import ConfigError, DataError
 
 PATTERNS = ("structured", "2:4", "unstructured")
@@ -355,8 +356,7 @@ def output_format(output: str) -> str:
     fmt = OUTPUT_FORMATS.get(Path(output).suffix.lower())
     if fmt is None:
         raise ConfigError(f"-o {output}: the output must end in .keras, .tflite or .onnx")
-    if Path(output).is_dir():
-        raise ConfigError(f"-o {output} is a folder; give a file name")
+    check_output_path(output)
     return fmt
 
 
@@ -431,7 +431,6 @@ def _agreement(handle, compressed: Compressed, data, source: str) -> dict | None
 
 def compress(config: CompressConfig, progress: Progress) -> CompressResult:
     """Load, compress, (distill), write OUT atomically; raises EdgeoptError for bad input."""
-    from edgeopt.bundle import write_file_atomic
     from edgeopt.model import load_model, with_input_shapes
 
     fmt = output_format(config.output)

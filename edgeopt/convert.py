@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from edgeopt.bundle import write_file_atomic
+from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import load_dataset
 from edgeopt.errors import ConversionError
@@ -21,8 +21,7 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
     from edgeopt.converters.float_tflite import to_float_tflite
     from edgeopt.tflite_metadata import check_labels_file, converted_with_metadata
 
-    if output.is_dir():
-        raise ConversionError(f"output {output} is a folder; give a .tflite file name")
+    check_output_path(output)
     handle = load_model(model)
     if handle.format == "tflite":
         raise ConversionError(f"{model} already is a .tflite model")

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLES, assert_user_error
-from edgeopt.bundle import write_bundle, write_file_atomic
+from edgeopt.atomic import write_file_atomic
+from edgeopt.bundle import write_bundle
 from edgeopt.errors import OutputError
 
 # Session files some runtimes keep in TMPDIR on purpose (also in /tmp); not build leftovers.
