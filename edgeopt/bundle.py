@@ -21,6 +21,7 @@ from pathlib import Path
 
 from edgeopt.atomic import DISK_FULL, check_path_length, mount_point, replace_file, size_text
 from edgeopt.errors import DeviceError, EdgeoptError, OutputError, first_line
+from edgeopt.manifest import parse_manifest
 from edgeopt.tempfiles import pid_alive
 
 STAGING_MARK = ".edgeopt-staging-"
@@ -175,6 +176,9 @@ def write_bundle(output: Path, files: dict[str, bytes]) -> Path:
 
 
 def manifest_bytes(manifest: dict) -> bytes:
+    """The manifest as written, after checking it against the typed model (edgeopt.manifest):
+    a key or type the model does not declare is a bug in edgeopt and fails the build."""
+    parse_manifest(manifest)
     return (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode()
 
 

@@ -25,13 +25,13 @@ from edgeopt.config import BuildConfig, primary_device
 from edgeopt.data import Dataset, Preprocessing, load_dataset, split_holdout
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError, DataError
+from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
 from edgeopt.snippets import usage_snippets
 from edgeopt.validate import Validation, compare
 
-SCHEMA_VERSION = 1
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
              "onnxruntime", "onnx2tf", "numpy")
 ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite graphs; build with --format tflite for "
