@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.calibrate import run_calibration
 from edgeopt.calibration.config import Mode, Precision, QuantConfig, QuantResult, traits
 from edgeopt.calibration.data_checks import check_calibration
@@ -37,7 +38,8 @@ def hessian_layers(session: Session) -> set[str]:
         c.weight_method == "gptq" or budget and c.method_for(Precision.INT4) == "gptq")}
 
 
-def fit_to_format(fmt, config: QuantConfig, choices: dict, warnings: list[str]) -> dict:
+def fit_to_format(fmt: QuantFormat, config: QuantConfig, choices: dict,
+                  warnings: list[str]) -> dict:
     """int4 layers become int8 where the format's writer cannot store int4 in this mode."""
     mode = traits(config.scheme).mode
     if mode in fmt.int4_modes:
@@ -71,7 +73,7 @@ def build_plan(session: Session, ranges: dict) -> QuantPlan:
                      session.config.io_dtype)
 
 
-def quantize_with(fmt, calib: dict[str, np.ndarray], config: QuantConfig,
+def quantize_with(fmt: QuantFormat, calib: dict[str, np.ndarray], config: QuantConfig,
                   evaluation: dict | None = None, labels: np.ndarray | None = None,
                   progress: Progress | None = None) -> QuantResult:
     """Calibrate, quantize, check in the runtime, validate and report."""

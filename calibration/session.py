@@ -11,9 +11,11 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
+from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.config import Precision, QuantConfig, WeightMethod
 from edgeopt.calibration.plan import LayerPlan, make_layer_plan
 from edgeopt.calibration.precision import LayerChoice
@@ -23,16 +25,18 @@ FORMATS = {"tflite": ("edgeopt.calibration.tflite_format", "TFLiteFormat"),
 Progress = Callable[[str], None]
 
 
-def open_format(kind: str, model, num_threads: int | None = None):
+def open_format(kind: str, model: Any, num_threads: int | None = None) -> QuantFormat:
+    """The format backend for `kind` ("tflite" or "onnx"), imported only when used."""
     module, name = FORMATS[kind]
-    return getattr(importlib.import_module(module), name)(model, num_threads)
+    backend: QuantFormat = getattr(importlib.import_module(module), name)(model, num_threads)
+    return backend
 
 
 @dataclass
 class Session:
     """What the steps share: the format, the config, the calibration and the notes."""
 
-    fmt: object
+    fmt: QuantFormat
     config: QuantConfig
     calib: dict[str, np.ndarray]
     choices: dict[str, LayerChoice]

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edgeopt.config import device_names
+from edgeopt.devices.assignment import PlacementView
+from edgeopt.devices.profile import DeviceProfile
+from edgeopt.devices.result import Estimate
 from edgeopt.errors import ConfigError, EdgeoptError, first_line
 
 COMPARE_NEEDS_TFLITE = ("comparing devices (--device all or a comma list) estimates the "
@@ -30,7 +33,8 @@ def compared_profiles(device_spec: str, fmt: str) -> list:
     return [load_profile(name) for name in names[1:]]
 
 
-def _row(profile, placement, estimate, primary: bool) -> dict:
+def _row(profile: DeviceProfile, placement: PlacementView, estimate: Estimate,
+         primary: bool) -> dict:
     total = placement.delegated_ops + placement.cpu_ops
     return {"device": profile.name, "kind": profile.kind, "delegate": profile.delegate,
             "primary": primary, **estimate.manifest_json(),

@@ -162,14 +162,18 @@ def _parse_primitive(tp: type, value: Any, where: str) -> Any:
 
 
 def _parse_union(tp: Any, value: Any, where: str) -> Any:
+    options = [o for o in get_args(tp) if o is not type(None)]
+    if value is None and len(options) < len(get_args(tp)):
+        return None
+    if len(options) == 1:  # `X | None` with a value: X's own error says most
+        return _parse(options[0], value, where)
     errors = []
-    for option in get_args(tp):
+    for option in options:
         try:
             return _parse(option, value, where)
         except ContractError as exc:
             errors.append(str(exc))
-    raise ContractError(min(errors, key=len) if len(errors) == 1 else
-                        f"{where}: fits none of the allowed types ({errors[-1]})")
+    raise ContractError(f"{where}: fits none of the allowed types ({'; '.join(errors)})")
 
 
 def _parse(tp: Any, value: Any, where: str) -> Any:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from edgeopt.devices.runners.device_scripts import sampler_script
 from edgeopt.devices.runners.measurement import Power
 from edgeopt.devices.runners.processes import kill_group
+from edgeopt.devices.runners.workspace import DeviceClient
 
 INTERVAL_S = 0.05
 NO_SENSOR_NOTE = ("the device exposes no battery current/voltage in sysfs "
@@ -46,7 +47,7 @@ def _parse_sample(line: str, now: float) -> Sample | None:
 class PowerSampler:
     """A device shell that prints samples; a host thread timestamps them as they arrive."""
 
-    def __init__(self, client, supply: str, max_seconds: float = 3600.0):
+    def __init__(self, client: DeviceClient, supply: str, max_seconds: float = 3600.0):
         self.client, self.supply = client, supply
         self.max_samples = int(max_seconds / INTERVAL_S) + 1
         self.samples: list[Sample] = []
