@@ -39,11 +39,30 @@ class QuantFormat(Protocol):
     """A format backend of the calibration core: everything the engine asks of a model
     format, so the algorithms never ask which format they hold."""
 
-    name: str                      # "tflite" | "onnx": in messages and results
-    runtime: str                   # the real runtime that checks results, for the report
-    int4_modes: tuple[Mode, ...]   # modes whose writer can store int4 weights
-    float_model: bytes             # the float model the plan applies to
-    graph: CalibGraph              # layers, weights and activations of `float_model`
+    @property
+    def name(self) -> str:
+        """"tflite" or "onnx", in messages and results."""
+        ...
+
+    @property
+    def runtime(self) -> str:
+        """The real runtime that checks results ("LiteRT interpreter"), for the report."""
+        ...
+
+    @property
+    def int4_modes(self) -> tuple[Mode, ...]:
+        """The modes whose writer can store int4 weights (others get int8)."""
+        ...
+
+    @property
+    def float_model(self) -> bytes:
+        """The float model the plans apply to."""
+        ...
+
+    @property
+    def graph(self) -> CalibGraph:
+        """Layers, weights and activations of `float_model`."""
+        ...
 
     def capture(self, model: bytes | None = None) -> ActivationCapture:
         """Activations of `model` (default: the float model)."""

@@ -57,7 +57,7 @@ def calibrate(session: Session) -> None:
     session.progress(f"calibrating on {len(next(iter(session.calib.values())))} samples")
     session.stats = run_calibration(session.fmt, session.calib, hessian_layers(session),
                                     config.batch_size, config.seed)
-    for name, stats in session.stats.layers.stats.items():
+    for name, stats in session.calibration.layers.stats.items():
         if stats.hessian is not None and stats.rows < len(stats.hessian):
             session.warnings.append(
                 f"GPTQ for layer '{name}': {stats.rows} input rows for {len(stats.hessian)} "
@@ -99,5 +99,5 @@ def quantize_with(fmt: QuantFormat, calib: dict[str, np.ndarray], config: QuantC
     session.warnings.extend(fmt.limitations(plan))
     method = describe_method(session, label, choices_by_tensor, scores, plan)
     record = {"check_output_sqnr_db": output_sqnr(reference, fmt.run(model, check)),
-              "candidates": scores, "calibration_seconds": round(session.stats.seconds, 3)}
+              "candidates": scores, "calibration_seconds": round(session.calibration.seconds, 3)}
     return finish(session, plan, model, method, record, choices_by_tensor, evaluation, labels)

@@ -133,7 +133,7 @@ def assign_units(graph: Graph, profile: DeviceProfile, placement: PlacementInput
 
 def default_assignment(graph: Graph, profile: DeviceProfile) -> UnitAssignment:
     """Every op on the main unit, except ops whose dtype the main unit has no peak for."""
-    hw = profile.hardware
+    hw = profile.tables()
     main, cpu = hw.unit(hw.main_unit), hw.cpu_unit().name
     units, reasons = [], {}
     for op in graph.ops:
@@ -214,7 +214,7 @@ def _has_rules(delegate: str) -> bool:
 
 def _from_delegates(graph: Graph, profile: DeviceProfile,
                     placement: PlacementView) -> UnitAssignment:
-    hw = profile.hardware
+    hw = profile.tables()
     cpu = hw.cpu_unit().name
     by_index = {op.index: op for op in placement.ops}
     units, reasons = [], {}
@@ -232,7 +232,7 @@ def _from_delegates(graph: Graph, profile: DeviceProfile,
 
 def _from_units(graph: Graph, profile: DeviceProfile,
                 placement: Mapping[int, str] | Sequence[str]) -> UnitAssignment:
-    hw = profile.hardware
+    hw = profile.tables()
     cpu = hw.cpu_unit().name
     aliases = {"cpu": cpu, ACCELERATOR: hw.main_unit, profile.delegate: hw.main_unit}
     if isinstance(placement, Mapping):

@@ -66,7 +66,7 @@ def resolve_assignment(graph: Graph, profile: DeviceProfile, placement: Placemen
 def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssignment,
                       compiler: dict | None = None) -> Estimate:
     """The estimate for a resolved per-op assignment of units."""
-    hw = profile.hardware
+    hw = profile.tables()
     residency = param_residency(graph, assignment.units, hw)
     costs = op_costs(graph)
     unit_params = _unit_param_bytes(costs, assignment)

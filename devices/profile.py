@@ -49,6 +49,13 @@ class DeviceProfile:
     hardware: Hardware | None = field(repr=False, compare=False, default=None)
     path: str = field(repr=False, compare=False, default="")
 
+    def tables(self) -> Hardware:
+        """The hardware tables the estimator reads; DeviceError when the profile has none."""
+        if self.hardware is None:
+            raise DeviceError(f"device profile {self.name} has no hardware tables to estimate "
+                              "from")
+        return self.hardware
+
     def summary(self) -> dict:
         """The fields `edgeopt devices --json` lists."""
         record = {f.name: getattr(self, f.name) for f in fields(self)

@@ -50,7 +50,8 @@ def _failed(profile, why: str) -> dict:
             "cpu_ops": None, "partitions": None, "delegated_share": None, "note": why}
 
 
-def compare_devices(content: bytes, primary: tuple, others: list,
+def compare_devices(content: bytes, primary: tuple[DeviceProfile, PlacementView, Estimate],
+                    others: list[DeviceProfile],
                     progress: Callable[[str], None]) -> list[dict]:
     """One row per device: the build target's own (profile, placement, estimate) first."""
     from edgeopt.delegates import place_for_device

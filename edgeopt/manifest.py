@@ -36,10 +36,6 @@ SHA256 = {"pattern": "^[0-9a-f]{64}$"}
 FILE_NAME = {"pattern": "^[^/\\\\]+$"}
 
 
-def _doc(text: str, **extra: Any) -> Any:
-    return field(metadata={"description": text, **extra})
-
-
 def _opt(default: Any = None, **meta: Any) -> Any:
     return field(default=default, metadata=meta)
 
@@ -116,7 +112,7 @@ class Validation:
     sqnr_db: float | None
     cosine: float | None
     max_abs: float | None
-    runtime: str = _doc("where it ran: host and runtime")
+    runtime: str = field(metadata={"description": "where it ran: host and runtime"})
 
 
 @dataclass(frozen=True)
@@ -126,7 +122,8 @@ class Placement:
     delegate: str
     delegated_ops: int = field(metadata=NON_NEGATIVE)
     cpu_ops: int = field(metadata=NON_NEGATIVE)
-    partitions: list[list[int]] = _doc("op indices of each delegated partition")
+    partitions: list[list[int]] = field(
+        metadata={"description": "op indices of each delegated partition"})
 
 
 @dataclass(frozen=True)
@@ -186,7 +183,8 @@ class DataRecord:
     evaluation: str
     evaluation_samples: int = field(metadata=NON_NEGATIVE)
     labels: bool
-    representative: bool = _doc("false for --calib random: the figures are not representative")
+    representative: bool = field(
+        metadata={"description": "false for --calib random: the figures are not representative"})
     layout_notes: list[str]
 
 
@@ -225,8 +223,9 @@ class LayerError:
     output_range: list[float] | None
     sqnr_db: float | None
     cosine: float | None
-    alone_output_sqnr_db: float | None = _doc(
-        "output SQNR with only this layer quantized (the worst few layers)")
+    alone_output_sqnr_db: float | None = field(
+        metadata={"description": "output SQNR with only this layer quantized (the worst few "
+                                 "layers)"})
     rank: int | None = _opt(minimum=1)
 
 
@@ -236,9 +235,9 @@ class Quantization:
 
     layer_report: list[LayerError]
     precision_per_layer: dict[str, str]
-    search: dict[str, Any] | None = _doc(
-        "--accuracy-budget: the budget, whether it was met and the mixes tried (keys vary "
-        "with the outcome)")
+    search: dict[str, Any] | None = field(
+        metadata={"description": "--accuracy-budget: the budget, whether it was met and the "
+                                 "mixes tried (keys vary with the outcome)"})
 
 
 @dataclass(frozen=True)
@@ -249,8 +248,9 @@ class Compiled:
     sha256: str = field(metadata=SHA256)
     size_bytes: int = field(metadata={"minimum": 1})
     for_: str = field(metadata={"description": "the delegate it was compiled for"})
-    figures: dict[str, str | int | float | None] = _doc(
-        "the compiler's own figures (cycles, SRAM, ...), named as the compiler names them")
+    figures: dict[str, str | int | float | None] = field(
+        metadata={"description": "the compiler's own figures (cycles, SRAM, ...), named as the "
+                                 "compiler names them"})
 
 
 @dataclass(frozen=True)
@@ -343,7 +343,8 @@ class Manifest:
     accuracy: Accuracy
     placement: Placement | None
     estimate: Estimate | None
-    toolchain: dict[str, str] = _doc("package -> version that built the bundle")
+    toolchain: dict[str, str] = field(
+        metadata={"description": "package -> version that built the bundle"})
     created: str = field(metadata={"format": "date-time"})
     validation: Validation | None = None
     conversion: Conversion | None = None

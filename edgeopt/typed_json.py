@@ -65,8 +65,8 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {}
     if tp in _PRIMITIVES:
         return {"type": _PRIMITIVES[tp]}
-    if dataclasses.is_dataclass(tp):
-        _define(typing.cast(type, tp), defs)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        _define(tp, defs)
         return {"$ref": f"#/$defs/{tp.__name__}"}
     origin, args = get_origin(tp), get_args(tp)
     if origin is Literal:
@@ -181,8 +181,8 @@ def _parse(tp: Any, value: Any, where: str) -> Any:
         return value
     if tp in _PRIMITIVES:
         return _parse_primitive(tp, value, where)
-    if dataclasses.is_dataclass(tp):
-        return _parse_object(typing.cast(type, tp), value, where)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _parse_object(tp, value, where)
     origin, args = get_origin(tp), get_args(tp)
     if origin is Literal:
         if value not in args:

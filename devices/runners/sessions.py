@@ -64,7 +64,10 @@ class HostSession(Protocol):
     """A model loaded for timing on this host: `run_host` feeds it once and invokes it
     repeatedly; `numerics` compares two sessions' outputs through `runner()`."""
 
-    label: str   # runtime, version and delegate, for the bench record's `tool`
+    @property
+    def label(self) -> str:
+        """Runtime, version and delegate, for the bench record's `tool`."""
+        ...
 
     def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
         """Bind one sample (one array per model input, in input order) for `invoke`."""

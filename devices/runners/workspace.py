@@ -119,7 +119,10 @@ MAX_LINE_CHARS = 64 * 1024
 MAX_KEPT_CHARS = 8 * 1024 * 1024
 
 
-def _collect(stream, sink: list, pids: list[int]) -> None:
+Lines = deque[tuple[float, str]]   # (host time it arrived, line)
+
+
+def _collect(stream, sink: Lines, pids: list[tuple[float, int]]) -> None:
     """Timestamp each line as it arrives; beyond MAX_KEPT_CHARS the oldest lines go (the
     timings come last), and an endless line is cut into MAX_LINE_CHARS pieces."""
     kept = 0
@@ -138,7 +141,9 @@ def run_script(space: Workspace, script: str, timeout: float, what: str) -> Scri
     """Run a device script that announces `@pid`; on timeout kill it on both ends (the
     device side at cleanup)."""
     proc = space.client.spawn("shell", script)
-    out, err, pids = deque(), deque(), []
+    out: Lines = deque()
+    err: Lines = deque()
+    pids: list[tuple[float, int]] = []
     readers = [threading.Thread(target=_collect, args=(s, sink, pids), daemon=True)
                for s, sink in ((proc.stdout, out), (proc.stderr, err))]
     for reader in readers:
