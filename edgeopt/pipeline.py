@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.atomic import check_path_length
 from edgeopt.bundle import MANIFEST, check_destination, manifest_bytes, write_bundle
 from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
 from edgeopt.comparison import compare_devices, compared_profiles
@@ -446,6 +447,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     output = Path(config.output)
     check_destination(output)
     handle = with_input_shapes(load_model(config.model), config.input_shapes)
+    check_path_length(output / f"{handle.stem}.{config.format}")  # the bundle's model file
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = load_data(config, handle)
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work

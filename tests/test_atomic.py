@@ -5,6 +5,7 @@ before any work."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -279,3 +280,13 @@ def test_convert_writes_a_0644_file(run_cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o644 & ~_umask()
     assert _temps(tmp_path) == []
+
+
+def test_a_model_name_too_long_for_the_bundle_file_is_refused_before_the_build(run_cli,
+                                                                             tmp_path):
+    """The bundle's model file is `<model stem>.tflite`: 250 + 7 bytes do not fit."""
+    model = tmp_path / ("m" * 250 + ".onnx")
+    shutil.copy(SAMPLES / "digits_cnn.onnx", model)
+    result = run_cli("build", model, "--calib", _calib_missing(tmp_path), "-o", tmp_path / "out")
+    assert_user_error(result, "output name too long")
+    assert not (tmp_path / "out").exists()
