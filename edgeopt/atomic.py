@@ -19,6 +19,11 @@ and again just before the rename:
   temporary name is short, so any destination that fits can be written;
 - the folder exists (or `make_parents`) and is writable.
 
+The kind of the destination is checked again just before the rename; what is left is the
+moment between that check and `rename(2)`, in which only someone who may write in the
+destination's folder can swap a FIFO or device in (and a rename then replaces that
+directory entry; it never writes into the device).
+
 New files get mode 0644 minus the umask (the kernel applies it at creation): never group-
 or world-writable even under umask 002, private under umask 077. The mode of a replaced
 file is not carried over. Errors are `OutputError` (one `edgeopt: error:` line, exit 2); a
@@ -113,7 +118,7 @@ def _resolved(path: Path) -> Path:
 def _check_kind(path: Path, shown: Path) -> None:
     try:
         mode = path.stat().st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (the folder check says)
         return
     except OSError as exc:
         raise OutputError(f"cannot write {shown}: {exc.strerror or exc}") from exc
@@ -128,12 +133,15 @@ def _check_kind(path: Path, shown: Path) -> None:
 
 def _check_folder(path: Path, make_parents: bool) -> None:
     parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise OutputError(f"cannot create {path}: {parent} is not a folder")
     if not parent.is_dir():
-        if not make_parents or parent.exists():
+        if not make_parents:
             raise OutputError(f"cannot create {path}: folder {parent} does not exist")
         parent = _existing_ancestor(path)
-        if not parent.is_dir():
-            raise OutputError(f"cannot create {path}: {parent} is not a folder")
+        blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            raise OutputError(f"cannot create {path}: {blocked} is not a folder")
     if not os.access(parent, os.W_OK):
         why = "read-only file system" if _read_only(parent) else "permission denied"
         raise OutputError(f"cannot write in {parent} ({why})")

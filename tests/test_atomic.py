@@ -290,3 +290,12 @@ def test_a_model_name_too_long_for_the_bundle_file_is_refused_before_the_build(r
     result = run_cli("build", model, "--calib", _calib_missing(tmp_path), "-o", tmp_path / "out")
     assert_user_error(result, "output name too long")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_file_where_a_folder_should_be_is_refused(tmp_path):
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(OutputError, match="notes is not a folder"):
+        check_output_path(tmp_path / "notes" / "m.tflite")
+    with pytest.raises(OutputError, match="notes is not a folder"):
+        write_file_atomic(tmp_path / "notes" / "a" / "m.toml", "x", make_parents=True)
+    assert (tmp_path / "notes").read_text() == "mine"
