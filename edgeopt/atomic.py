@@ -9,17 +9,11 @@ leaves the old file or the new one, never a mixture. Any failure, KeyboardInterr
 included, removes the temporary file; a SIGKILL leaves it, and the next write into the same
 folder removes it (its name carries the dead writer's pid).
 
-Rules, checked up front by `check_output_path` (commands call it before loading anything)
-and again just before the rename:
-
-- outputs are regular files: a folder, device node, FIFO or socket at the destination, or a
-  symlink to one, is refused; a symlink to a regular file is written through (the file it
-  names is replaced, as `cp` would), a dangling one is refused;
-- each path component fits the file system's NAME_MAX and the whole path its PATH_MAX; the
-  temporary name is short, so any destination that fits can be written;
-- the folder exists (or `make_parents`) and is writable.
-
-The kind of the destination is checked again just before the rename; what is left is the
+The destination rules (regular files only, names that fit, a writable folder) are
+`edgeopt.output_paths.check_output_path`'s: commands call it before loading anything, and
+the writer calls it again. The temporary name is short, so any destination that fits can
+be written. The kind of the destination is checked once more just before the rename; what
+is left is the
 moment between that check and `rename(2)`, in which only someone who may write in the
 destination's folder can swap a FIFO or device in (and a rename then replaces that
 directory entry; it never writes into the device).
@@ -36,143 +30,33 @@ import errno
 import os
 import secrets
 import shutil
-import stat
 from pathlib import Path
 
 from edgeopt.errors import OutputError
+from edgeopt.output_paths import (
+    TEMP_NAME_MAX,
+    check_kind,
+    check_output_path,
+    check_path_length,
+    kind_of,
+    mount_point,
+    read_only,
+)
 from edgeopt.tempfiles import pid_alive
 
 TEMP_MARK = ".edgeopt-tmp-"
 FILE_MODE = 0o644
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
-DEFAULT_NAME_MAX = 255
-DEFAULT_PATH_MAX = 4096
-# `.edgeopt-tmp-<pid>-<8 hex>`: pids stay below 2**22 on Linux
-TEMP_NAME_LEN = len(TEMP_MARK) + 1 + 7 + 1 + 8
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"))
+
+
+__all__ = ["FILE_MODE", "TEMP_MARK", "append_text", "check_output_path", "check_path_length",
+           "mount_point", "replace_file", "size_text", "write_file_atomic"]
 
 
 def size_text(n: int) -> str:
     """Bytes as KiB or MiB for messages."""
     return f"{n / 1024:.0f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MiB"
-
-
-def _limit(folder: Path, name: str, default: int) -> int:
-    try:
-        return os.pathconf(folder, name)
-    except (OSError, ValueError):
-        return default
-
-
-def _existing_ancestor(path: Path) -> Path:
-    for folder in path.parents:
-        if os.path.isdir(folder):  # never raises (a too-long path is just not a folder)
-            return folder
-    return Path("/")
-
-
-def check_path_length(path: Path, reserve: int = 0) -> None:
-    """Refuse a path the file system cannot hold: a component over NAME_MAX bytes, or the
-    whole over PATH_MAX. `reserve` bytes are kept for a sibling name longer than the last
-    component (a bundle's staging folder)."""
-    path = Path(os.path.abspath(path))
-    folder = _existing_ancestor(path)
-    name_max = _limit(folder, "PC_NAME_MAX", DEFAULT_NAME_MAX)
-    path_max = _limit(folder, "PC_PATH_MAX", DEFAULT_PATH_MAX)
-    for part in path.parts[1:]:
-        size = len(os.fsencode(part))
-        extra = reserve if part == path.name else 0
-        if size + extra > name_max:
-            allowed = f"at most {name_max - extra}" + (" here" if extra else "")
-            raise OutputError(f"output name too long: {part[:40]}... has {size} bytes, "
-                              f"{allowed} ({folder} allows {name_max} per name)")
-    total = len(os.fsencode(str(path))) + max(reserve, TEMP_NAME_LEN - len(path.name), 0)
-    if total >= path_max:
-        raise OutputError(f"output path too long: {total} bytes, the system allows "
-                          f"{path_max - 1} ({str(path)[:40]}...)")
-
-
-def _kind(mode: int) -> str | None:
-    """What a non-regular file is, or None for a regular file."""
-    return next((what for test, what in _KINDS if test(mode)), None if stat.S_ISREG(mode)
-                else "not a regular file")
-
-
-def _resolved(path: Path) -> Path:
-    """The path to write: `path`, or the regular file a symlink at `path` names."""
-    if not path.is_symlink():
-        return path
-    try:
-        target = path.resolve()
-    except (OSError, RuntimeError) as exc:  # a symlink loop
-        raise OutputError(f"output {path} is a symlink that cannot be followed") from exc
-    if not target.exists():
-        raise OutputError(f"output {path} is a symlink to {target}, which does not exist; "
-                          "give a file name")
-    return target
-
-
-def _check_kind(path: Path, shown: Path) -> None:
-    try:
-        mode = path.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):  # nothing there (the folder check says)
-        return
-    except OSError as exc:
-        raise OutputError(f"cannot write {shown}: {exc.strerror or exc}") from exc
-    what = _kind(mode)
-    if what is None:
-        return
-    via = f" (through the symlink {shown})" if path != shown else ""
-    hint = "; give a file name" if stat.S_ISDIR(mode) else \
-        "; edgeopt writes only regular files"
-    raise OutputError(f"output {path} is {what}{via}{hint}")
-
-
-def _check_folder(path: Path, make_parents: bool) -> None:
-    parent = path.parent
-    if parent.exists() and not parent.is_dir():
-        raise OutputError(f"cannot create {path}: {parent} is not a folder")
-    if not parent.is_dir():
-        if not make_parents:
-            raise OutputError(f"cannot create {path}: folder {parent} does not exist")
-        parent = _existing_ancestor(path)
-        blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-        if blocked is not None:
-            raise OutputError(f"cannot create {path}: {blocked} is not a folder")
-    if not os.access(parent, os.W_OK):
-        why = "read-only file system" if _read_only(parent) else "permission denied"
-        raise OutputError(f"cannot write in {parent} ({why})")
-
-
-def _read_only(folder: Path) -> bool:
-    try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
-
-
-def check_output_path(path: str | os.PathLike, make_parents: bool = False) -> Path:
-    """Refuse, before any work, a destination `write_file_atomic` could not write; returns
-    the path to write (a symlink to a regular file resolved to that file).
-
-    User messages: "output out.tflite is a folder; give a file name", "output /dev/null is a
-    character device; edgeopt writes only regular files", "output name too long: ...",
-    "cannot create a/b.tflite: folder a does not exist", "cannot write in dist (read-only
-    file system)".
-    """
-    if "\0" in os.fspath(path):
-        raise OutputError("output path contains a NUL byte")
-    given = Path(os.path.abspath(path))
-    check_path_length(given)
-    target = _resolved(given)
-    if target != given:
-        check_path_length(target)
-    _check_kind(target, given)
-    _check_folder(target, make_parents)
-    return Path(path) if target == given else target
 
 
 def remove_stale_temp(folder: Path) -> None:
@@ -195,7 +79,8 @@ def _owner_pid(name: str) -> int | None:
 
 
 def _temp_name(folder: Path) -> Path:
-    return folder / f"{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+    name = f"{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"  # short: see TEMP_NAME_MAX
+    return folder / name[:TEMP_NAME_MAX]
 
 
 def _open_new(tmp: Path) -> int:
@@ -229,25 +114,12 @@ def replace_file(path: Path, content: bytes) -> None:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
-        _check_kind(path, path)  # narrows the window: a FIFO swapped in since the check
+        check_kind(path, path)  # narrows the window: a FIFO swapped in since the check
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_folder(folder)
-
-
-def mount_point(path: Path) -> Path:
-    """The root of the file system holding `path` (its nearest existing folder)."""
-    path = Path(os.path.abspath(path))
-    folder = path if path.is_dir() else _existing_ancestor(path)
-    try:
-        device = folder.stat().st_dev
-        while folder != folder.parent and folder.parent.stat().st_dev == device:
-            folder = folder.parent
-    except OSError:
-        pass
-    return folder
 
 
 def disk_full_text(path: Path, needed: int) -> str:
@@ -267,7 +139,7 @@ def write_error(exc: OSError, path: Path, needed: int) -> OutputError:
         return OutputError(f"{disk_full_text(path, needed)}; {path} was not changed")
     if exc.errno in NOT_WRITABLE:
         why = "read-only file system" if exc.errno == errno.EROFS or \
-            _read_only(path.parent) else "permission denied"
+            read_only(path.parent) else "permission denied"
         return OutputError(f"cannot write {path}: {why}")
     if exc.errno == errno.ENAMETOOLONG:
         return OutputError(f"cannot write {path}: the name is too long for its file system")
@@ -319,6 +191,6 @@ def append_text(path: str | os.PathLike, text: str, make_parents: bool = False) 
 
 def _check_fd_kind(fd: int, shown: Path) -> None:
     """The file really opened is regular (O_NONBLOCK kept a FIFO swapped in from blocking)."""
-    what = _kind(os.fstat(fd).st_mode)
+    what = kind_of(os.fstat(fd).st_mode)
     if what is not None:
         raise OutputError(f"output {shown} is {what}; edgeopt writes only regular files")
