@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.estimators import EstimatorSettings, RangeChoice, choose_range
 from edgeopt.calibration.layer_stats import LayerStatsCollector
 from edgeopt.calibration.observers import ObserverSet
@@ -28,7 +29,7 @@ class CalibrationStats:
     seconds: float
 
 
-def run_calibration(fmt, calib: dict[str, np.ndarray], hessian_layers: set[str],
+def run_calibration(fmt: QuantFormat, calib: dict[str, np.ndarray], hessian_layers: set[str],
                     batch_size: int = 8, seed: int = 0) -> CalibrationStats:
     """Stream the float model's activations into observers and layer statistics."""
     start = time.perf_counter()

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.calibrate import run_calibration
 from edgeopt.calibration.config import Mode, Precision, QuantConfig, QuantResult, traits
 from edgeopt.calibration.data_checks import check_calibration
@@ -37,7 +38,8 @@ def hessian_layers(session: Session) -> set[str]:
         c.weight_method == "gptq" or budget and c.method_for(Precision.INT4) == "gptq")}
 
 
-def fit_to_format(fmt, config: QuantConfig, choices: dict, warnings: list[str]) -> dict:
+def fit_to_format(fmt: QuantFormat, config: QuantConfig, choices: dict,
+                  warnings: list[str]) -> dict:
     """int4 layers become int8 where the format's writer cannot store int4 in this mode."""
     mode = traits(config.scheme).mode
     if mode in fmt.int4_modes:
@@ -55,7 +57,7 @@ def calibrate(session: Session) -> None:
     session.progress(f"calibrating on {len(next(iter(session.calib.values())))} samples")
     session.stats = run_calibration(session.fmt, session.calib, hessian_layers(session),
                                     config.batch_size, config.seed)
-    for name, stats in session.stats.layers.stats.items():
+    for name, stats in session.calibration.layers.stats.items():
         if stats.hessian is not None and stats.rows < len(stats.hessian):
             session.warnings.append(
                 f"GPTQ for layer '{name}': {stats.rows} input rows for {len(stats.hessian)} "
@@ -71,7 +73,7 @@ def build_plan(session: Session, ranges: dict) -> QuantPlan:
                      session.config.io_dtype)
 
 
-def quantize_with(fmt, calib: dict[str, np.ndarray], config: QuantConfig,
+def quantize_with(fmt: QuantFormat, calib: dict[str, np.ndarray], config: QuantConfig,
                   evaluation: dict | None = None, labels: np.ndarray | None = None,
                   progress: Progress | None = None) -> QuantResult:
     """Calibrate, quantize, check in the runtime, validate and report."""
@@ -97,5 +99,5 @@ def quantize_with(fmt, calib: dict[str, np.ndarray], config: QuantConfig,
     session.warnings.extend(fmt.limitations(plan))
     method = describe_method(session, label, choices_by_tensor, scores, plan)
     record = {"check_output_sqnr_db": output_sqnr(reference, fmt.run(model, check)),
-              "candidates": scores, "calibration_seconds": round(session.stats.seconds, 3)}
+              "candidates": scores, "calibration_seconds": round(session.calibration.seconds, 3)}
     return finish(session, plan, model, method, record, choices_by_tensor, evaluation, labels)

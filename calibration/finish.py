@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.config import QuantResult
 from edgeopt.calibration.describe import describe_search
 from edgeopt.calibration.plan import QuantPlan
 
 
-def validate(fmt, model: bytes, data: dict[str, np.ndarray], labels,
+def validate(fmt: QuantFormat, model: bytes, data: dict[str, np.ndarray], labels,
              reference: list[np.ndarray] | None = None) -> dict:
     """The artifact run by the real runtime against the float model on `data`."""
     from edgeopt.validate import compare

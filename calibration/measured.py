@@ -36,7 +36,7 @@ def choose_ranges(session: Session, plan: QuantPlan, check, reference):
     with or without bias correction, whichever scored higher."""
     config = session.config
     settings = EstimatorSettings(percentile=config.percentile)
-    _, choices, warnings = estimate_ranges(session.stats.observers, config.method, settings)
+    _, choices, warnings = estimate_ranges(session.calibration.observers, config.method, settings)
     session.warnings.extend(warnings)
     sets = candidate_ranges(choices, session.fmt.graph, config.method)
     plans = {"": plan}

@@ -13,6 +13,7 @@ import html
 
 import numpy as np
 
+from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.selection import output_sqnr
 from edgeopt.calibration.weights import weight_sqnr_db
@@ -45,7 +46,7 @@ class Agreement:
         return None if denominator == 0 else self.dot / denominator
 
 
-def compare_activations(fmt, model: bytes, data: dict, tensors: list[str]) -> dict:
+def compare_activations(fmt: QuantFormat, model: bytes, data: dict, tensors: list[str]) -> dict:
     """Agreement per tensor between the float model and `model`, streamed."""
     agreements = {name: Agreement() for name in tensors}
     float_stream = fmt.capture().stream(data, set(tensors))
@@ -57,7 +58,8 @@ def compare_activations(fmt, model: bytes, data: dict, tensors: list[str]) -> di
     return agreements
 
 
-def isolated_effect(fmt, plan: QuantPlan, layer, data: dict, reference) -> float | None:
+def isolated_effect(fmt: QuantFormat, plan: QuantPlan, layer, data: dict,
+                    reference) -> float | None:
     """Output SQNR of the model with only `layer` quantized (None if it cannot be built)."""
     tensors = (layer.input, layer.output, fmt.report_tensor(layer))
     ranges = {t: plan.activation_ranges[t] for t in tensors if t in plan.activation_ranges}

@@ -60,7 +60,7 @@ def proxy_sensitivity(session, plan: QuantPlan, name: str) -> float:
     layer = session.fmt.graph.layer(name)
     weight = session.fmt.graph.weights[layer.weight]
     quant = plan.layers[name].weight
-    stats = session.stats.layers.stats.get(name)
+    stats = session.calibration.layers.stats.get(name)
     if stats is None or stats.hessian is None:
         return weight_sqnr_db(weight, quant)
     w2d = weight.reshape(len(weight), -1).astype(np.float64)

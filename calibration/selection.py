@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.estimators import ESTIMATORS, RangeChoice
 from edgeopt.calibration.graphspec import CalibGraph
 from edgeopt.calibration.plan import QuantPlan
@@ -59,7 +60,7 @@ def output_sqnr(reference: list[np.ndarray], outputs: list[np.ndarray]) -> float
     return float(sqnr_db(ref, out))
 
 
-def select_ranges(fmt, plan: QuantPlan, sets: dict, check: dict[str, np.ndarray],
+def select_ranges(fmt: QuantFormat, plan: QuantPlan, sets: dict, check: dict[str, np.ndarray],
                   reference: list[np.ndarray],
                   score_single: bool = False) -> tuple[str, dict, dict[str, float]]:
     """(label, ranges, scores): the candidate set with the best output SQNR (a single set

@@ -11,9 +11,12 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
+from edgeopt.calibration.backend import QuantFormat
+from edgeopt.calibration.calibrate import CalibrationStats
 from edgeopt.calibration.config import Precision, QuantConfig, WeightMethod
 from edgeopt.calibration.plan import LayerPlan, make_layer_plan
 from edgeopt.calibration.precision import LayerChoice
@@ -23,20 +26,22 @@ FORMATS = {"tflite": ("edgeopt.calibration.tflite_format", "TFLiteFormat"),
 Progress = Callable[[str], None]
 
 
-def open_format(kind: str, model, num_threads: int | None = None):
+def open_format(kind: str, model: Any, num_threads: int | None = None) -> QuantFormat:
+    """The format backend for `kind` ("tflite" or "onnx"), imported only when used."""
     module, name = FORMATS[kind]
-    return getattr(importlib.import_module(module), name)(model, num_threads)
+    backend: QuantFormat = getattr(importlib.import_module(module), name)(model, num_threads)
+    return backend
 
 
 @dataclass
 class Session:
     """What the steps share: the format, the config, the calibration and the notes."""
 
-    fmt: object
+    fmt: QuantFormat
     config: QuantConfig
     calib: dict[str, np.ndarray]
     choices: dict[str, LayerChoice]
-    stats: object = None
+    stats: CalibrationStats | None = None  # set by engine.calibrate
     warnings: list[str] = field(default_factory=list)
     fallbacks: list[dict] = field(default_factory=list)
     progress: Progress = lambda _msg: None
@@ -51,9 +56,17 @@ class Session:
         shared = self.shared
         if layer.weight in shared:
             method = WeightMethod.RTN
+        stats = self.calibration.layers.stats.get(name)
         return make_layer_plan(self.fmt.graph, layer, precision, method,
-                               self.choices[name].block_size, self.stats.layers.stats.get(name),
+                               self.choices[name].block_size, stats,
                                self.corrects_bias, layer.bias in shared)
+
+    @property
+    def calibration(self) -> CalibrationStats:
+        """The calibration pass's statistics; a step that needs them runs after it."""
+        if self.stats is None:
+            raise RuntimeError("the calibration pass has not run yet")
+        return self.stats
 
     @property
     def corrects_bias(self) -> bool:

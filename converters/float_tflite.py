@@ -26,6 +26,11 @@ class FloatConversion:
     converter: str
 
 
+# Layout moves a converter makes, by rank: NCHW <-> NHWC, and the 3-D transpose.
+_LAYOUT_PERMUTATIONS: dict[int, list[tuple[int, ...]]] = {4: [(0, 2, 3, 1), (0, 3, 1, 2)],
+                                                          3: [(0, 2, 1)]}
+
+
 def _perm_between(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
     """None when the shapes agree; else the permutation of `source` axes that gives `target`."""
     source = tuple(1 if i == 0 and d < 0 else d for i, d in enumerate(source))
@@ -33,7 +38,7 @@ def _perm_between(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int
         return None
     if all(s < 0 or s == t for s, t in zip(source, target)):
         return None
-    candidates = {4: [(0, 2, 3, 1), (0, 3, 1, 2)], 3: [(0, 2, 1)]}.get(len(source), [])
+    candidates = _LAYOUT_PERMUTATIONS.get(len(source), [])
     for perm in candidates:
         if all(source[p] < 0 or source[p] == t for p, t in zip(perm, target)):
             return perm

@@ -14,6 +14,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from edgeopt.atomic import write_file_atomic
 from edgeopt.delegates.registry import RULE_MODULES, load_delegate_rules
 from edgeopt.delegates.rules import DelegateRules
 from edgeopt.delegates.view import OpSpec
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         stale = is_stale(path)
         print(f"{path}: {'stale, run python -m edgeopt.delegates.docs' if stale else 'up to date'}")
         return 1 if stale else 0
-    path.write_text(render(), encoding="utf-8")
+    write_file_atomic(path, render())
     print(f"wrote {path}")
     return 0
 

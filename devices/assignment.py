@@ -21,7 +21,7 @@ import importlib
 import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from edgeopt.devices.opcost import compute_dtype
 from edgeopt.devices.profile import DeviceProfile
@@ -29,6 +29,70 @@ from edgeopt.errors import ConfigError, DeviceError
 from edgeopt.graph import Graph
 
 ACCELERATOR = "accelerator"
+
+
+class OpPlacementView(Protocol):
+    """Where a delegate put one op, as the estimator reads it."""
+
+    @property
+    def index(self) -> int:
+        """The op's index in the graph (``graph.ops`` order)."""
+        ...
+
+    @property
+    def unit(self) -> str:
+        """``"cpu"`` for a fallback, else the delegate's unit."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """Why a CPU op is not delegated (the user reads it); "" when delegated."""
+        ...
+
+    @property
+    def short_reason(self) -> str:
+        """The reason in a few words, for tables ("" falls back to ``reason``)."""
+        ...
+
+
+@runtime_checkable
+class PlacementView(Protocol):
+    """What a delegate's placement result offers its consumers (the estimator, the device
+    comparison, the manifest); `edgeopt.delegates.placement.Placement` is the one
+    implementation, and estimator tests may pass their own."""
+
+    @property
+    def delegate(self) -> str:
+        """The delegate's name (``google-tensor``, ``edgetpu``, ...)."""
+        ...
+
+    @property
+    def ops(self) -> Sequence[OpPlacementView]:
+        """Every op of the main graph, in graph order."""
+        ...
+
+    @property
+    def partitions(self) -> Sequence[Sequence[int]]:
+        """Op indices of each delegated partition, in execution order."""
+        ...
+
+    @property
+    def delegated_ops(self) -> int:
+        """How many ops the delegate runs."""
+        ...
+
+    @property
+    def cpu_ops(self) -> int:
+        """How many ops fall back to the CPU."""
+        ...
+
+    def manifest_json(self) -> dict[str, Any]:
+        """The manifest's ``placement`` object (`edgeopt.manifest.Placement`)."""
+        ...
+
+
+# The forms a caller may give (see the module doc).
+PlacementInput = PlacementView | Mapping[int, str] | Sequence[str] | None
 
 
 @dataclass(frozen=True)
@@ -40,11 +104,11 @@ class UnitAssignment:
     partitions: tuple[tuple[int, ...], ...]
     reasons: Mapping[int, str] = field(default_factory=dict)
     origin: str = "default"
-    placement: Any = field(default=None, repr=False, compare=False)
+    placement: PlacementView | None = field(default=None, repr=False, compare=False)
 
     def manifest_json(self, cpu_unit: str) -> dict:
         """DESIGN.md's ``placement`` object."""
-        if self.placement is not None and hasattr(self.placement, "manifest_json"):
+        if self.placement is not None:
             return self.placement.manifest_json()
         delegated = sum(u != cpu_unit for u in self.units)
         return {"delegate": self.delegate, "delegated_ops": delegated,
@@ -52,7 +116,7 @@ class UnitAssignment:
                 "partitions": [list(p) for p in self.partitions]}
 
 
-def assign_units(graph: Graph, profile: DeviceProfile, placement: Any = None,
+def assign_units(graph: Graph, profile: DeviceProfile, placement: PlacementInput = None,
                  model: Any = None) -> UnitAssignment:
     """The `UnitAssignment` for ``placement`` (see the module doc for the accepted forms).
 
@@ -62,14 +126,14 @@ def assign_units(graph: Graph, profile: DeviceProfile, placement: Any = None,
         placement = _delegates_placement(graph, profile, model)
     if placement is None:
         return default_assignment(graph, profile)
-    if hasattr(placement, "ops") and hasattr(placement, "partitions"):
+    if isinstance(placement, PlacementView):
         return _from_delegates(graph, profile, placement)
     return _from_units(graph, profile, placement)
 
 
 def default_assignment(graph: Graph, profile: DeviceProfile) -> UnitAssignment:
     """Every op on the main unit, except ops whose dtype the main unit has no peak for."""
-    hw = profile.hardware
+    hw = profile.tables()
     main, cpu = hw.unit(hw.main_unit), hw.cpu_unit().name
     units, reasons = [], {}
     for op in graph.ops:
@@ -148,8 +212,9 @@ def _has_rules(delegate: str) -> bool:
         return False
 
 
-def _from_delegates(graph: Graph, profile: DeviceProfile, placement: Any) -> UnitAssignment:
-    hw = profile.hardware
+def _from_delegates(graph: Graph, profile: DeviceProfile,
+                    placement: PlacementView) -> UnitAssignment:
+    hw = profile.tables()
     cpu = hw.cpu_unit().name
     by_index = {op.index: op for op in placement.ops}
     units, reasons = [], {}
@@ -158,16 +223,16 @@ def _from_delegates(graph: Graph, profile: DeviceProfile, placement: Any) -> Uni
         on_cpu = placed is None or placed.unit == "cpu"
         units.append(cpu if on_cpu else hw.main_unit)
         if on_cpu:
-            reasons[op.index] = (getattr(placed, "short_reason", "") or
-                                 getattr(placed, "reason", "") or "not placed by the delegate")
+            reasons[op.index] = (placed.short_reason or placed.reason if placed else "") \
+                or "not placed by the delegate"
     partitions = tuple(tuple(p) for p in placement.partitions)
-    return UnitAssignment(getattr(placement, "delegate", profile.delegate), tuple(units),
+    return UnitAssignment(placement.delegate or profile.delegate, tuple(units),
                           partitions, reasons, "edgeopt.delegates", placement)
 
 
 def _from_units(graph: Graph, profile: DeviceProfile,
                 placement: Mapping[int, str] | Sequence[str]) -> UnitAssignment:
-    hw = profile.hardware
+    hw = profile.tables()
     cpu = hw.cpu_unit().name
     aliases = {"cpu": cpu, ACCELERATOR: hw.main_unit, profile.delegate: hw.main_unit}
     if isinstance(placement, Mapping):

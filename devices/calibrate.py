@@ -13,7 +13,6 @@ goes to the user's profile folder, where `load_profile` finds it first.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 import tomllib
@@ -24,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.devices.fit import FitConfig, FitResult, Sample, fit_profile
 from edgeopt.devices.hostinfo import HostCpu, host_cpu_info
 from edgeopt.devices.profile import USER_CACHE, load_profile, parse_profile, user_profile_dir
-from edgeopt.errors import ConfigError, DeviceError, OutputError
+from edgeopt.errors import ConfigError
 
 HOST_DEVICE = "host-cpu"
 
@@ -131,6 +131,9 @@ def record_samples(path: Path, device: str) -> list[Sample]:
 def calibrate(config: CalibrationConfig, extra_samples: Sequence[Sample] = (),
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Measure (or read records), fit, write the fitted profile; see the module doc."""
+    if config.output is not None:  # a bad -o fails before the measurements, not after
+        check_output_path(config.output, make_parents=True)
+        check_output_path(fit_report_path(config.output), make_parents=True)
     base = load_profile(config.device)
     if base.origin == USER_CACHE:  # calibrating again starts from the shipped numbers
         base = _shipped(config.device)
@@ -234,22 +237,16 @@ def _write_toml(raw: dict, path: Path) -> Path:
     """Write atomically: a crash never leaves a half-written profile."""
     import tomli_w
 
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".toml.tmp")
-        tmp.write_text(tomli_w.dumps(raw), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise OutputError(f"cannot write the profile {path}: {exc.strerror or exc}") from exc
-    return path
+    return write_file_atomic(path, tomli_w.dumps(raw), make_parents=True)
+
+
+def fit_report_path(profile: Path) -> Path:
+    """Where the fit report of a written profile goes: `NAME.fit.json` beside it."""
+    return Path(profile).with_suffix(".fit.json")
 
 
 def _write_report(path: Path, fit: FitResult, host: HostCpu | None,
                   config: CalibrationConfig) -> None:
     report = {"profile": str(path), "device": config.device, "threads": config.threads,
               "host": host.describe() if host else None, "fit": fit.to_json()}
-    try:
-        path.with_suffix(".fit.json").write_text(json.dumps(report, indent=2) + "\n")
-    except OSError as exc:
-        raise DeviceError(f"cannot write the fit report next to {path}: {exc}") from exc
+    write_file_atomic(fit_report_path(path), json.dumps(report, indent=2) + "\n")

@@ -22,7 +22,7 @@ from edgeopt.graph import Graph
 def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssignment,
                       compiler: dict | None = None) -> Estimate:
     """The estimate for a resolved per-op assignment of units."""
-    hw = profile.hardware
+    hw = profile.tables()
     residency = param_residency(graph, assignment.units, hw)
     costs = op_costs(graph)
     unit_params = _unit_param_bytes(costs, assignment)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeopt.devices.assignment import UnitAssignment, assign_units
+from edgeopt.devices.assignment import PlacementInput, UnitAssignment, assign_units
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.edgetpu import edgetpu_assignment, simulate
 from edgeopt.devices.profile import DeviceProfile
@@ -25,7 +25,7 @@ from edgeopt.errors import DeviceError
 from edgeopt.graph import Graph
 
 
-def estimate(graph: Graph, profile: DeviceProfile, placement: Any = None,
+def estimate(graph: Graph, profile: DeviceProfile, placement: PlacementInput = None,
              model: Any = None) -> Estimate:
     """Estimate one inference of ``graph`` on ``profile``.
 
@@ -48,7 +48,7 @@ def _compiler_figures(assignment: UnitAssignment) -> dict | None:
     return dict(figures) if figures else None
 
 
-def resolve_assignment(graph: Graph, profile: DeviceProfile, placement: Any = None,
+def resolve_assignment(graph: Graph, profile: DeviceProfile, placement: PlacementInput = None,
                        model: Any = None) -> UnitAssignment:
     """The per-op units `estimate` would use (the Edge TPU compiler's mapping for Coral)."""
     if profile.delegate == "edgetpu":

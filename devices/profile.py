@@ -52,6 +52,13 @@ class DeviceProfile:
     # where load_profile found it: "shipped", "user cache" (calibrated here) or "file"
     origin: str = field(repr=False, compare=False, default="file")
 
+    def tables(self) -> Hardware:
+        """The hardware tables the estimator reads; DeviceError when the profile has none."""
+        if self.hardware is None:
+            raise DeviceError(f"device profile {self.name} has no hardware tables to estimate "
+                              "from")
+        return self.hardware
+
     def summary(self) -> dict:
         """The fields `edgeopt devices --json` lists."""
         record = {f.name: getattr(self, f.name) for f in fields(self)

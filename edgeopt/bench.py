@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from edgeopt.atomic import check_output_path
 from edgeopt.devices.profile import load_profile
 from edgeopt.devices.runners import adb
 from edgeopt.devices.runners.android import run_adb
@@ -236,3 +237,5 @@ def _check(config: BenchConfig) -> None:
     if config.clock == "cpu" and (config.threads != 1 or config.adb is not None or config.ssh):
         raise ConfigError("--clock cpu times the calling thread: it needs --threads 1, on "
                           "the host")
+    if config.record is not None:  # a FIFO or folder as --record fails before the runs
+        check_output_path(config.record, make_parents=True)

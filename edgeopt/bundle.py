@@ -19,19 +19,23 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from edgeopt.atomic import DISK_FULL, check_path_length, mount_point, replace_file, size_text
 from edgeopt.errors import DeviceError, EdgeoptError, OutputError, first_line
+from edgeopt.manifest import parse_manifest
 from edgeopt.tempfiles import pid_alive
 
 STAGING_MARK = ".edgeopt-staging-"
 BACKUP_SUFFIX = "-old"
 MANIFEST = "manifest.json"
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# `.<name>.edgeopt-staging-<pid>-<8 chars>-old` beside the destination
+STAGING_RESERVE = len(STAGING_MARK) + 1 + 7 + 1 + 8 + len(BACKUP_SUFFIX)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
 def check_destination(output: Path) -> None:
     """Fail early when `output` cannot take a bundle: a file, or a folder of other things."""
+    check_path_length(output, reserve=STAGING_RESERVE)
     if output.is_symlink() or (output.exists() and not output.is_dir()):
         raise OutputError(f"output {output} exists and is not a folder")
     if output.is_dir() and any(output.iterdir()) and not (output / MANIFEST).is_file():
@@ -118,15 +122,19 @@ def _publish(staging: Path, output: Path) -> None:
     shutil.rmtree(backup, ignore_errors=True)
 
 
-def _size_text(n: int) -> str:
-    return f"{n / 1024:.0f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MiB"
+def _free(output: Path) -> str:
+    try:
+        return f" has {size_text(shutil.disk_usage(mount_point(output)).free)} free"
+    except OSError:
+        return ""
 
 
 def _write_error(exc: OSError, output: Path, name: str | None, needed: int) -> OutputError:
     where = output / name if name else output
     if exc.errno in DISK_FULL:
         return OutputError(f"no space left on device writing {where} (the bundle needs "
-                           f"{_size_text(needed)}); nothing was changed at {output}")
+                           f"{size_text(needed)}; the file system at {mount_point(output)}"
+                           f"{_free(output)}); nothing was changed at {output}")
     return OutputError(f"cannot write the bundle to {output}: {exc.strerror or exc} "
                        f"({where})")
 
@@ -137,7 +145,7 @@ def _stage(staging: Path, files: dict[str, bytes]) -> None:
         target = staging / name
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
+            replace_file(target, content)
         except OSError as exc:
             exc.bundle_file = name
             raise
@@ -167,45 +175,10 @@ def write_bundle(output: Path, files: dict[str, bytes]) -> Path:
     return output
 
 
-TEMP_MARK = ".edgeopt-tmp-"
-
-
-def _remove_stale_temp(parent: Path, name: str) -> None:
-    for entry in parent.glob(f".{name}{TEMP_MARK}*"):
-        pid = _owner_pid(entry.name, TEMP_MARK)
-        if pid is not None and not pid_alive(pid):
-            entry.unlink(missing_ok=True)
-
-
-def write_file_atomic(path: Path, content: bytes) -> None:
-    """One file, via a temporary sibling and os.replace."""
-    path = Path(path)
-    if path.is_dir():
-        raise OutputError(f"output {path} is a folder; give a file name")
-    parent = path.absolute().parent
-    if not parent.is_dir():
-        raise OutputError(f"cannot create {path}: folder {parent} does not exist")
-    _remove_stale_temp(parent, path.name)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_MARK}{os.getpid()}-",
-                                   suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        if exc.errno in DISK_FULL:
-            raise OutputError(f"no space left on device writing {path} (it needs "
-                              f"{_size_text(len(content))}); {path} was not changed") from exc
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def manifest_bytes(manifest: dict) -> bytes:
+    """The manifest as written, after checking it against the typed model (edgeopt.manifest):
+    a key or type the model does not declare is a bug in edgeopt and fails the build."""
+    parse_manifest(manifest)
     return (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode()
 
 
@@ -266,7 +239,7 @@ def disk_full_message(exc: BaseException) -> str | None:
         return None
     temp = tempfile.gettempdir()
     try:
-        free = f", {_size_text(shutil.disk_usage(temp).free)} free there"
+        free = f", {size_text(shutil.disk_usage(temp).free)} free there"
     except OSError:
         free = ""
     where = f" writing {found.filename}" if isinstance(found, OSError) and found.filename \

@@ -12,8 +12,10 @@ from collections.abc import Callable
 
 from edgeopt.config import device_names
 from edgeopt.delegates import place_for_device
+from edgeopt.devices.assignment import PlacementView
 from edgeopt.devices.estimator import estimate
-from edgeopt.devices.profile import load_profile
+from edgeopt.devices.profile import DeviceProfile, load_profile
+from edgeopt.devices.result import Estimate
 from edgeopt.errors import ConfigError, EdgeoptError, first_line
 from edgeopt.tflite_reader import read_tflite
 
@@ -32,7 +34,8 @@ def compared_profiles(device_spec: str, fmt: str) -> list:
     return [load_profile(name) for name in names[1:]]
 
 
-def _row(profile, placement, estimate, primary: bool) -> dict:
+def _row(profile: DeviceProfile, placement: PlacementView, estimate: Estimate,
+         primary: bool) -> dict:
     total = placement.delegated_ops + placement.cpu_ops
     return {"device": profile.name, "kind": profile.kind, "delegate": profile.delegate,
             "primary": primary, **estimate.manifest_json(),
@@ -48,7 +51,8 @@ def _failed(profile, why: str) -> dict:
             "cpu_ops": None, "partitions": None, "delegated_share": None, "note": why}
 
 
-def compare_devices(content: bytes, primary: tuple, others: list,
+def compare_devices(content: bytes, primary: tuple[DeviceProfile, PlacementView, Estimate],
+                    others: list[DeviceProfile],
                     progress: Callable[[str], None]) -> list[dict]:
     """One row per device: the build target's own (profile, placement, estimate) first."""
     graph = read_tflite(content)

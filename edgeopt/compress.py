@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.bundle import write_file_atomic
+from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.choices import PruneCriterion, PrunePattern, values
 from edgeopt.compression import DistillConfig, PruneConfig, distill, prune_structured
 from edgeopt.compression.measure import MeasureConfig, measure_tflite
@@ -342,8 +342,7 @@ def output_format(output: str) -> str:
     fmt = OUTPUT_FORMATS.get(Path(output).suffix.lower())
     if fmt is None:
         raise ConfigError(f"-o {output}: the output must end in .keras, .tflite or .onnx")
-    if Path(output).is_dir():
-        raise ConfigError(f"-o {output} is a folder; give a file name")
+    check_output_path(output)
     return fmt
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from edgeopt.bundle import write_file_atomic
+from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import DataSpec, load_data
@@ -20,8 +20,7 @@ PARITY_SAMPLES = 16
 def convert_to_file(model: str, output: Path, samples: str = "random",
                     progress=lambda _msg: None, labels: str | None = None) -> dict:
     """Convert `model` to a float `.tflite` at `output`; returns the conversion record."""
-    if output.is_dir():
-        raise ConversionError(f"output {output} is a folder; give a .tflite file name")
+    check_output_path(output)
     handle = load_model(model)
     if handle.format == "tflite":
         raise ConversionError(f"{model} already is a .tflite model")

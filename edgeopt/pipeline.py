@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.atomic import check_path_length
 from edgeopt.bundle import MANIFEST, check_destination, manifest_bytes, write_bundle
 from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
 from edgeopt.comparison import compare_devices, compared_profiles
@@ -26,6 +27,7 @@ from edgeopt.data import Dataset, DataSpec, load_data, permuted
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
 from edgeopt.images import NCHW_TO_NHWC
+from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
@@ -38,7 +40,6 @@ from edgeopt.tflite_metadata import (
 )
 from edgeopt.validate import Validation, compare
 
-SCHEMA_VERSION = 1
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
              "onnxruntime", "onnx2tf", "numpy")
 ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite graphs; build with --format tflite for "
@@ -448,6 +449,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     output = Path(config.output)
     check_destination(output)
     handle = with_input_shapes(load_model(config.model), config.input_shapes)
+    check_path_length(output / f"{handle.stem}.{config.format}")  # the bundle's model file
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = _build_data(config, handle)
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work

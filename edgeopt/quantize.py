@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.calibration.config import (
     QuantConfig,
     QuantResult,
@@ -113,6 +114,9 @@ def _keyed(arrays: dict, float_tflite: bytes) -> dict:
 def quantize_file(options: dict, progress: Progress | None = None) -> dict:
     """Load MODEL and data, quantize, write OUTPUT atomically; returns the JSON record."""
     output = Path(options["output"])
+    check_output_path(output)  # before 100 s of work, not after
+    if options.get("report"):
+        check_output_path(options["report"])
     config = build_config(options)
     handle = load_model(options["model"])
     if output.suffix != ".onnx":
@@ -129,9 +133,9 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
         result = _to_tflite(handle, calib, evaluation, config, progress)
         result = with_quantize_metadata(result, handle, options, calib)
     result = _with_data_warnings(result, calib, evaluation)
-    _write_atomically(output, result.model)
+    write_file_atomic(output, result.model)
     if options.get("report"):
-        _write_atomically(Path(options["report"]), report_page(result).encode())
+        write_file_atomic(options["report"], report_page(result))
     return {"output": str(output), "source": {"file": str(handle.path), "format":
             handle.format, "size_bytes": handle.size_bytes}, **result.to_json()}
 
@@ -153,13 +157,6 @@ def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> Quan
         else None
     labels = evaluation.labels if evaluation else None
     return quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)
-
-
-def _write_atomically(path: Path, content: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_bytes(content)
-    os.replace(partial, path)
 
 
 def report_page(result: QuantResult) -> str:

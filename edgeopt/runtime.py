@@ -13,11 +13,30 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import ModelHandle
+
+
+class ModelRunner(Protocol):
+    """A model loaded in a runtime, as validation, parity checks and `run_dataset` use it."""
+
+    @property
+    def label(self) -> str:
+        """The runtime, for messages and the report ("LiteRT interpreter")."""
+        ...
+
+    @property
+    def input_names(self) -> list[str]:
+        """The keys `run` takes, in the model's input order."""
+        ...
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """All samples (first axis) through the model: float outputs in output order."""
+        ...
 
 
 def quantize_array(x: np.ndarray, dtype: np.dtype, scale: float, zero_point: int) -> np.ndarray:
@@ -214,7 +233,7 @@ class SavedModelRunner:
 class LayoutAdapter:
     """Feeds data in the source model's layout to a converted model with other layouts."""
 
-    runner: object
+    runner: ModelRunner
     input_perms: dict[str, tuple[int, ...]]
     output_perms: tuple[tuple[int, ...] | None, ...] = ()
 
@@ -249,7 +268,8 @@ def _match_names(source_names: list[str], model_names: list[str]) -> list[str]:
 
 
 def make_runner(handle: ModelHandle, num_threads: int | None = None,
-                keras_model=None, source_input_names: list[str] | None = None):
+                keras_model=None,
+                source_input_names: list[str] | None = None) -> ModelRunner:
     """The runner of the model's own runtime."""
     if handle.format == "tflite":
         return TFLiteRunner(handle.path, source_input_names, num_threads)
@@ -262,7 +282,7 @@ def make_runner(handle: ModelHandle, num_threads: int | None = None,
     return SavedModelRunner(handle.path)
 
 
-def run_dataset(runner, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+def run_dataset(runner: ModelRunner, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
     """All samples through the runner; one stacked array per model output."""
     feeds = {name: arrays[name] for name in runner.input_names}
     return runner.run(feeds)

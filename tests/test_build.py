@@ -223,6 +223,36 @@ def test_the_schema_rejects_a_broken_manifest(sample_builds):
             _validate_schema({**manifest, key: value})
 
 
+@pytest.mark.parametrize("fmt", ["keras", "onnx"])
+def test_every_key_of_a_sample_manifest_is_in_the_typed_model(sample_builds, fmt):
+    """The schema forbids unknown keys, top level and nested; the typed model agrees."""
+    import jsonschema
+
+    from edgeopt.manifest import ContractError, parse_manifest
+
+    manifest = _manifest(sample_builds[fmt])
+    parsed = parse_manifest(manifest)
+    assert parsed.model.sha256 == manifest["model"]["sha256"]
+    assert parsed.validation is not None and parsed.conversion is not None
+    for broken in ({**manifest, "surprise": 1},
+                   {**manifest, "validation": {**manifest["validation"], "surprise": 1}},
+                   {**manifest, "sizes": {**manifest["sizes"], "surprise": 1}}):
+        with pytest.raises(jsonschema.ValidationError, match="surprise"):
+            _validate_schema(broken)
+        with pytest.raises(ContractError, match="unknown key 'surprise'"):
+            parse_manifest(broken)
+
+
+def test_the_bundle_writer_refuses_a_manifest_outside_the_model(sample_builds):
+    from edgeopt.bundle import manifest_bytes
+    from edgeopt.manifest import ContractError
+
+    manifest = _manifest(sample_builds["keras"])
+    assert json.loads(manifest_bytes(manifest)) == manifest
+    with pytest.raises(ContractError, match="manifest.model: unknown key 'path'"):
+        manifest_bytes({**manifest, "model": {**manifest["model"], "path": "/tmp/x"}})
+
+
 def test_saved_model_and_float_tflite_inputs(run_cli, tmp_path, tiny_float_tflite,
                                              tiny_nhwc_data):
     from conftest import tiny_cnn

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLES, assert_user_error
-from edgeopt.bundle import write_bundle, write_file_atomic
+from edgeopt.atomic import write_file_atomic
+from edgeopt.bundle import write_bundle
 from edgeopt.errors import OutputError
 
 # Session files some runtimes keep in TMPDIR on purpose (also in /tmp); not build leftovers.
@@ -76,7 +77,8 @@ def test_bundle_into_a_full_disk(small_disk):
     disk = small_disk(64)
     files = {"model.tflite": os.urandom(200_000), "manifest.json": b"{}"}
     with pytest.raises(OutputError, match=r"no space left on device writing .*model\.tflite "
-                                          r"\(the bundle needs 195 KiB\)"):
+                                          r"\(the bundle needs 195 KiB; the file system at "
+                                          rf"{disk} has \d+ KiB free\)"):
         write_bundle(disk / "dist", files)
     assert _leftovers(disk, set()) == []
 
@@ -117,3 +119,25 @@ def test_temporary_files_on_a_full_disk(small_disk, tmp_path, model):
     assert f"temporary files go to {temp}" in result.stderr and "TMPDIR" in result.stderr
     assert not out.exists()
     assert _leftovers(temp, {"filler"}) == []
+
+
+def test_quantize_into_a_full_disk_names_that_disk_not_tmpdir(small_disk, run_cli):
+    """Old code: `.q.tflite.partial` left behind and the message blamed TMPDIR."""
+    disk = small_disk(256)
+    (disk / "q.tflite").write_bytes(b"old")
+    _fill(disk, leave_kib=8)
+    result = run_cli("quantize", SAMPLES / "digits_cnn.keras", "--calib",
+                     SAMPLES / "digits_calib.npz", "-o", disk / "q.tflite")
+    assert_user_error(result, f"no space left on device writing {disk / 'q.tflite'}")
+    assert f"the file system at {disk}" in result.stderr and "TMPDIR" not in result.stderr
+    assert (disk / "q.tflite").read_bytes() == b"old"
+    assert _leftovers(disk, {"q.tflite", "filler"}) == []
+
+
+def test_quantize_into_a_read_only_folder_is_refused_up_front(small_disk, run_cli, tmp_path):
+    """Old code: an internal error (exit 1) after the whole quantization."""
+    disk = small_disk(64)
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    result = run_cli("quantize", SAMPLES / "digits_cnn.keras", "--calib",
+                     tmp_path / "missing.npz", "-o", disk / "q.tflite")
+    assert_user_error(result, f"cannot write in {disk} (read-only file system)")

@@ -162,7 +162,7 @@ def test_verify_bundle_names_what_is_wrong(tmp_path):
 
 def test_a_killed_single_file_write_is_cleaned_by_the_next(tmp_path):
     """`edgeopt convert -o FILE` writes via a temporary sibling named with its pid."""
-    from edgeopt.bundle import TEMP_MARK, write_file_atomic
+    from edgeopt.atomic import TEMP_MARK, write_file_atomic
 
     target = tmp_path / "model.tflite"
     stale = tmp_path / f".model.tflite{TEMP_MARK}{_dead_pid()}-x1.tmp"

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from edgeopt.atomic import append_text
 from edgeopt.devices.runners.stats import Latency
-from edgeopt.errors import ConfigError, OutputError
+from edgeopt.errors import ConfigError
 
 SCHEMA_VERSION = 1
 RECORD_KIND = "edgeopt.bench"
@@ -126,14 +127,8 @@ def append_record(path: Path, measurement: Measurement) -> None:
     """Append one line as soon as a measurement is made: later failures cannot lose it."""
     line = json.dumps({"schema_version": SCHEMA_VERSION, "kind": RECORD_KIND,
                        **measurement.to_json()}, default=str) + "\n"
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _append_lock, open(path, "a", encoding="utf-8") as f:
-            f.write(line)
-    except OSError as exc:
-        raise OutputError(f"cannot append the measurement to {path}: "
-                          f"{exc.strerror or exc}") from exc
+    with _append_lock:
+        append_text(path, line, make_parents=True)
 
 
 def read_records(path: Path) -> list[dict]:

@@ -13,6 +13,7 @@ times the mean inference time. Samples are timestamped on arrival at the host.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from edgeopt.devices.runners.device_scripts import sampler_script
 from edgeopt.devices.runners.measurement import Power
 from edgeopt.devices.runners.processes import kill_group
+from edgeopt.devices.runners.workspace import DeviceClient
 
 INTERVAL_S = 0.05
 NO_SENSOR_NOTE = ("the device exposes no battery current/voltage in sysfs "
@@ -46,12 +48,12 @@ def _parse_sample(line: str, now: float) -> Sample | None:
 class PowerSampler:
     """A device shell that prints samples; a host thread timestamps them as they arrive."""
 
-    def __init__(self, client, supply: str, max_seconds: float = 3600.0):
+    def __init__(self, client: DeviceClient, supply: str, max_seconds: float = 3600.0):
         self.client, self.supply = client, supply
         self.max_samples = int(max_seconds / INTERVAL_S) + 1
         self.samples: list[Sample] = []
         self.pid: int | None = None
-        self.proc = None
+        self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
 
     def start(self) -> PowerSampler:
@@ -62,6 +64,8 @@ class PowerSampler:
         return self
 
     def _read(self) -> None:
+        if self.proc is None or self.proc.stdout is None:  # start() sets both
+            return
         for line in self.proc.stdout:
             words = line.split()
             if len(words) == 2 and words[0] == "@pid" and words[1].isdigit():
@@ -74,7 +78,8 @@ class PowerSampler:
         returns the end of the idle window."""
         deadline = time.monotonic() + max(seconds, 0) + 5.0
         first = None
-        while time.monotonic() < deadline and self.proc.poll() is None:
+        while time.monotonic() < deadline and self.proc is not None \
+                and self.proc.poll() is None:
             if self.samples and first is None:
                 first = self.samples[0].time
             if first is not None and len(self.samples) >= min_samples \
@@ -97,7 +102,7 @@ def _mean(values: list[float]) -> float:
 
 
 def summarize_power(samples: list[Sample], idle_end: float, run: tuple[float, float],
-                    latency_ms: float, supply: str, charging: bool = False) -> Power:
+                    latency_ms: float, supply: str | None, charging: bool = False) -> Power:
     """Average power above idle during `run`, and energy per inference."""
     idle = [s.power_mw for s in samples if s.time < idle_end]
     busy = [s.power_mw for s in samples if run[0] <= s.time <= run[1]]

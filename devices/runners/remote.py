@@ -34,6 +34,7 @@ from edgeopt.devices.runners.power import NO_SENSOR_NOTE, PowerSampler, summariz
 from edgeopt.devices.runners.staging import Staged, probe, stage
 from edgeopt.devices.runners.workspace import (
     BenchmarkRunError,
+    DeviceClient,
     ScriptRun,
     Workspace,
     cleanup,
@@ -142,7 +143,8 @@ def _tflite(path: Path) -> ModelHandle:
     return handle
 
 
-def run_remote(config: RemoteBenchmark, client, transport: str, product: dict | None = None,
+def run_remote(config: RemoteBenchmark, client: DeviceClient, transport: str,
+               product: dict | None = None,
                progress: Callable[[str], None] = lambda _m: None) -> Measurement:
     """Measure `config.model` on one device reached through `client` (adb or ssh)."""
     handle = _tflite(config.model)

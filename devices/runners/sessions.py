@@ -12,13 +12,14 @@ that the numerics check feeds whole datasets through.
 from __future__ import annotations
 
 from importlib import metadata
+from typing import Protocol
 
 import numpy as np
 
 from edgeopt.devices.runners.delegates import HostDelegate
 from edgeopt.errors import DeviceError, EdgeoptError, ModelLoadError, first_line
 from edgeopt.model import ModelHandle, TensorSpec
-from edgeopt.runtime import TFLiteRunner, ort_run_batches
+from edgeopt.runtime import ModelRunner, TFLiteRunner, ort_run_batches
 
 
 def _version(package: str) -> str:
@@ -57,6 +58,28 @@ class _InterpreterRunner(TFLiteRunner):
         self.input_details = interpreter.get_input_details()
         self.output_details = interpreter.get_output_details()
         self.input_names = [d["name"] for d in self.input_details]
+
+
+class HostSession(Protocol):
+    """A model loaded for timing on this host: `run_host` feeds it once and invokes it
+    repeatedly; `numerics` compares two sessions' outputs through `runner()`."""
+
+    @property
+    def label(self) -> str:
+        """Runtime, version and delegate, for the bench record's `tool`."""
+        ...
+
+    def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
+        """Bind one sample (one array per model input, in input order) for `invoke`."""
+        ...
+
+    def invoke(self) -> None:
+        """Run the bound sample once; only this call is timed."""
+        ...
+
+    def runner(self) -> ModelRunner:
+        """The same loaded model as a runner over whole datasets."""
+        ...
 
 
 class LiteRTSession:
@@ -129,7 +152,8 @@ class OrtSession:
                                  f"{first_line(exc)}") from exc
 
 
-def open_session(handle: ModelHandle, threads: int | None, delegate: HostDelegate):
+def open_session(handle: ModelHandle, threads: int | None,
+                 delegate: HostDelegate) -> HostSession:
     """A timing session in the model's own runtime; .keras/SavedModel must be converted."""
     if handle.format == "tflite":
         return LiteRTSession(handle, threads, delegate)

@@ -19,6 +19,8 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
 from edgeopt.devices.runners import device_scripts as scripts
 from edgeopt.devices.runners.benchmark_output import BenchmarkModelOutput, parse_benchmark_output
@@ -36,11 +38,60 @@ class BenchmarkRunError(DeviceError):
         self.partial = partial
 
 
+class DeviceClient(Protocol):
+    """How the remote flow (workspace, remote, power, android) reaches one device: adb
+    (`adb.AdbClient`) and ssh (`ssh.SshClient`) implement it. Scripts are already quoted;
+    a failure raises the client's DeviceError subclass, naming the device (`who`)."""
+
+    @property
+    def serial(self) -> str | None:
+        """The device's id for records (adb serial, ssh target); None: the only device."""
+        ...
+
+    def who(self) -> str:
+        """The device for messages ("device R5CT30XXXX", "ssh host pi@board")."""
+        ...
+
+    def shell(self, script: str, timeout: float,
+              check: bool = True) -> subprocess.CompletedProcess:
+        """Run a shell script on the device and wait at most `timeout` s; with `check`, a
+        non-zero status raises."""
+        ...
+
+    def spawn(self, kind: str, script: str, /) -> subprocess.Popen:
+        """Start `kind` ("shell") with `script`, output read as it comes (text, stderr apart)."""
+        ...
+
+    def push(self, local: Path, remote: str, timeout: float) -> None:
+        """Copy a local file to a device path."""
+        ...
+
+    def pull(self, remote: str, local: Path, timeout: float) -> None:
+        """Copy a device file to a local path."""
+        ...
+
+    def push_many(self, files: list[Path], remote_dir: str, timeout: float) -> None:
+        """Copy several local files into an existing device folder."""
+        ...
+
+    def pull_many(self, remotes: list[str], local_dir: Path, timeout: float) -> None:
+        """Copy several device files into an existing local folder."""
+        ...
+
+    def state(self, timeout: float = 5.0) -> str:
+        """"device" when reachable, else what is wrong ("offline", "unresponsive", ...)."""
+        ...
+
+    def stream_broke(self, returncode: int, stderr_lines: list[str]) -> bool:
+        """Whether a spawned client lost the device (rather than the script failing)."""
+        ...
+
+
 @dataclass
 class Workspace:
     """Our folder on the device and the device processes we started that may still run."""
 
-    client: object               # AdbClient or SshClient
+    client: DeviceClient
     root: str
     live_pids: list[int] = field(default_factory=list)
     supply: str | None = None
@@ -68,7 +119,10 @@ MAX_LINE_CHARS = 64 * 1024
 MAX_KEPT_CHARS = 8 * 1024 * 1024
 
 
-def _collect(stream, sink: list, pids: list[int]) -> None:
+Lines = deque[tuple[float, str]]   # (host time it arrived, line)
+
+
+def _collect(stream, sink: Lines, pids: list[tuple[float, int]]) -> None:
     """Timestamp each line as it arrives; beyond MAX_KEPT_CHARS the oldest lines go (the
     timings come last), and an endless line is cut into MAX_LINE_CHARS pieces."""
     kept = 0
@@ -87,7 +141,9 @@ def run_script(space: Workspace, script: str, timeout: float, what: str) -> Scri
     """Run a device script that announces `@pid`; on timeout kill it on both ends (the
     device side at cleanup)."""
     proc = space.client.spawn("shell", script)
-    out, err, pids = deque(), deque(), []
+    out: Lines = deque()
+    err: Lines = deque()
+    pids: list[tuple[float, int]] = []
     readers = [threading.Thread(target=_collect, args=(s, sink, pids), daemon=True)
                for s, sink in ((proc.stdout, out), (proc.stderr, err))]
     for reader in readers:

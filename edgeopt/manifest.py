@@ -1,0 +1,436 @@
+"""The bundle manifest as a typed model; `manifest.schema.json` is generated from it.
+
+    >>> manifest = parse_manifest(json.loads(Path("dist/manifest.json").read_text()))
+    >>> manifest.model.sha256, manifest.accuracy.delta                  # doctest: +SKIP
+
+Every key the manifest carries is a field here, and nothing else is allowed: the writer
+(`edgeopt.bundle.manifest_bytes`) checks each manifest against this model before it is
+written, so a new key goes into a class below (and the schema is regenerated) or the build
+fails its tests. Regenerate the schema with
+
+    python -m edgeopt.manifest --write     # --check exits 1 if the file is stale
+
+Records whose keys belong to a third-party tool or vary by algorithm (compiler figures,
+the precision search) are typed as string-keyed maps, and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from edgeopt.typed_json import ContractError, dataclass, document_schema, field, parse
+
+SCHEMA_VERSION = 1
+SCHEMA_FILE = "manifest.schema.json"
+SCHEMA_ID = "edgeopt-manifest-v1"
+TITLE = "edgeopt bundle manifest, schema_version 1"
+DeviceKind = Literal["cpu", "gpu", "npu", "tpu"]
+Metric = Literal["top1_accuracy", "top1_agreement", "sqnr_db"]
+NON_NEGATIVE = {"minimum": 0}
+SHA256 = {"pattern": "^[0-9a-f]{64}$"}
+FILE_NAME = {"pattern": "^[^/\\\\]+$"}
+
+
+def _opt(default: Any = None, **meta: Any) -> Any:
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """The model file of the bundle, as the app loads it."""
+
+    file: str = field(metadata=FILE_NAME)
+    format: Literal["tflite", "onnx"]
+    sha256: str = field(metadata=SHA256)
+    size_bytes: int = field(metadata={"minimum": 1})
+
+
+@dataclass(frozen=True)
+class TensorQuantization:
+    """real = scale * (q - zero_point)."""
+
+    scale: float = field(metadata={"exclusiveMinimum": 0})
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One model input or output: the source model's name, the runtime's tensor name."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+    quantization: TensorQuantization | None
+    tensor_name: str | None = None
+    index: int | None = _opt(minimum=0)
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device profile the bundle was built for."""
+
+    name: str
+    kind: DeviceKind
+    delegate: str
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The quantization scheme and how activation ranges were chosen."""
+
+    scheme: str
+    method: str
+    io_dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """The task metric of the artifact against the float model on the evaluation samples."""
+
+    metric: Metric
+    reference: float | None
+    value: float | None
+    delta: float | None
+
+
+@dataclass(frozen=True)
+class Validation:
+    """All validation figures of the artifact in its real runtime against the float model."""
+
+    samples: int = field(metadata={"minimum": 1})
+    metric: Metric
+    reference: float | None
+    value: float | None
+    delta: float | None
+    top1_agreement: float | None
+    sqnr_db: float | None
+    cosine: float | None
+    max_abs: float | None
+    runtime: str = field(metadata={"description": "where it ran: host and runtime"})
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which ops the device's delegate takes (null for .onnx, with `placement_note`)."""
+
+    delegate: str
+    delegated_ops: int = field(metadata=NON_NEGATIVE)
+    cpu_ops: int = field(metadata=NON_NEGATIVE)
+    partitions: list[list[int]] = field(
+        metadata={"description": "op indices of each delegated partition"})
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Latency and energy of one inference from the device profile (null for .onnx)."""
+
+    latency_ms: float = field(metadata=NON_NEGATIVE)
+    energy_mj: float | None = field(metadata=NON_NEGATIVE)
+
+
+@dataclass(frozen=True)
+class Parity:
+    """The float conversion checked against its source on sample inputs."""
+
+    samples: int = field(metadata=NON_NEGATIVE)
+    max_abs: float | None
+    cosine: float | None
+    warning: bool
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """How the source became the artifact's format."""
+
+    converter: str
+    float_tflite_bytes: int | None = _opt(minimum=0)
+    batch_fixed_to_1: bool | None = None
+    input_layout_changes: dict[str, list[int]] | None = _opt(
+        description="input name -> the transpose from the source layout (NCHW -> NHWC)")
+    parity: Parity | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Bytes of the source, of the float .tflite (null for .onnx) and of the artifact."""
+
+    source_bytes: int = field(metadata=NON_NEGATIVE)
+    float_tflite_bytes: int | None = field(metadata=NON_NEGATIVE)
+    artifact_bytes: int = field(metadata=NON_NEGATIVE)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The model the user gave (its file name only)."""
+
+    file: str
+    format: str
+
+
+@dataclass(frozen=True)
+class DataRecord:
+    """Where the calibration and evaluation samples came from."""
+
+    calibration: str
+    calibration_samples: int = field(metadata=NON_NEGATIVE)
+    evaluation: str
+    evaluation_samples: int = field(metadata=NON_NEGATIVE)
+    labels: bool
+    representative: bool = field(
+        metadata={"description": "false for --calib random: the figures are not representative"})
+    layout_notes: list[str]
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """`(x - mean) / std` per channel."""
+
+    mean: list[float]
+    std: list[float]
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """What the app must repeat before calling the model."""
+
+    source: Literal["images", "arrays", "random"]
+    resize: list[int] | None = _opt(description="[height, width]")
+    color: Literal["grayscale", "rgb"] | None = None
+    layout: str | None = None
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    pixel_range: list[int] | None = None
+    app_normalization: Normalization | None = None
+
+
+@dataclass(frozen=True)
+class LayerError:
+    """One layer of the ranked quantization-error report (worst first)."""
+
+    layer: str
+    op: str
+    kind: str
+    precision: str
+    weight_method: str | None
+    weight_sqnr_db: float | None
+    output_range: list[float] | None
+    sqnr_db: float | None
+    cosine: float | None
+    alone_output_sqnr_db: float | None = field(
+        metadata={"description": "output SQNR with only this layer quantized (the worst few "
+                                 "layers)"})
+    rank: int | None = _opt(minimum=1)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """The calibration core's layer report, per-layer precision and accuracy-budget search."""
+
+    layer_report: list[LayerError]
+    precision_per_layer: dict[str, str]
+    search: dict[str, Any] | None = field(
+        metadata={"description": "--accuracy-budget: the budget, whether it was met and the "
+                                 "mixes tried (keys vary with the outcome)"})
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled model the device needs as well (Vela's for Ethos-U)."""
+
+    file: str = field(metadata=FILE_NAME)
+    sha256: str = field(metadata=SHA256)
+    size_bytes: int = field(metadata={"minimum": 1})
+    for_: str = field(metadata={"description": "the delegate it was compiled for"})
+    figures: dict[str, str | int | float | None] = field(
+        metadata={"description": "the compiler's own figures (cycles, SRAM, ...), named as the "
+                                 "compiler names them"})
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """The artifact estimated on one device; null figures and a note when it cannot run."""
+
+    device: str
+    primary: bool
+    latency_ms: float | None = field(metadata=NON_NEGATIVE)
+    energy_mj: float | None = field(metadata=NON_NEGATIVE)
+    delegated_ops: int | None = field(metadata=NON_NEGATIVE)
+    cpu_ops: int | None = field(metadata=NON_NEGATIVE)
+    delegated_share: float | None = field(metadata={"minimum": 0, "maximum": 1})
+    note: str | None
+    kind: DeviceKind | None = None
+    delegate: str | None = None
+    partitions: int | None = _opt(minimum=0)
+
+
+@dataclass(frozen=True)
+class BeforeAfter:
+    """A count before and after compression."""
+
+    before: int = field(metadata=NON_NEGATIVE)
+    after: int = field(metadata=NON_NEGATIVE)
+
+
+@dataclass(frozen=True)
+class LayerChannels:
+    """Output channels of one Conv2D/DepthwiseConv2D/Dense before and after pruning."""
+
+    layer: str
+    before: int = field(metadata={"minimum": 1})
+    after: int = field(metadata={"minimum": 1})
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One distillation epoch (epoch 0: before training)."""
+
+    epoch: float
+    agreement: float = field(metadata={"minimum": 0, "maximum": 1})
+    val_loss: float
+    loss: float | None = None
+
+
+@dataclass(frozen=True)
+class Distillation:
+    """Distillation from the original model."""
+
+    epochs_run: int = field(metadata=NON_NEGATIVE)
+    best_epoch: int = field(metadata=NON_NEGATIVE)
+    labels: bool
+    samples: int = field(metadata={"minimum": 1})
+    history: list[Epoch] = field(metadata={"minItems": 1})
+
+
+@dataclass(frozen=True)
+class Compression:
+    """--prune / --prune-recipe: structured pruning before quantization (channels removed
+    for real) and, with --distill, distillation from the original model. The accuracy and
+    validation figures compare the final artifact with the unpruned source."""
+
+    pattern: Literal["structured"]
+    criterion: Literal["l1", "l2", "bn_scale", "activation", "taylor"]
+    macs: BeforeAfter
+    layers: list[LayerChannels]
+    size_bytes: BeforeAfter
+    target: float | None = _opt(exclusiveMinimum=0, exclusiveMaximum=1,
+                                description="share of MACs asked to be removed")
+    recipe: str | None = None
+    channel_multiple: int | None = _opt(minimum=1)
+    bn_recalibrated: bool | None = None
+    parameters: BeforeAfter | None = None
+    group_ratios: dict[str, float] | None = None
+    distillation: Distillation | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What app code reads from an edgeopt bundle's manifest.json. Fields may be added in
+    later versions of schema 1; none listed here is removed or changes meaning."""
+
+    schema_version: int = field(metadata={"const": SCHEMA_VERSION})
+    model: ModelFile
+    inputs: list[Tensor] = field(metadata={"minItems": 1})
+    outputs: list[Tensor] = field(metadata={"minItems": 1})
+    device: Device
+    recipe: Recipe
+    accuracy: Accuracy
+    placement: Placement | None
+    estimate: Estimate | None
+    toolchain: dict[str, str] = field(
+        metadata={"description": "package -> version that built the bundle"})
+    created: str = field(metadata={"format": "date-time"})
+    validation: Validation | None = None
+    conversion: Conversion | None = None
+    sizes: Sizes | None = None
+    source: Source | None = None
+    data: DataRecord | None = None
+    preprocessing: Preprocessing | None = None
+    notes: list[str] | None = None
+    placement_note: str | None = _opt(description="why placement is null")
+    estimate_note: str | None = _opt(description="why estimate is null")
+    quantization: Quantization | None = None
+    compiled: Compiled | None = None
+    comparison: list[ComparisonRow] | None = _opt(
+        minItems=2, description="--device all or a comma list: the built artifact estimated "
+        "on each device named, the build target first (primary)")
+    compression: Compression | None = None
+
+
+# `for` is a Python keyword: the JSON key is `for`, the field `for_`.
+_RENAMED = {"for": "for_"}
+
+
+def _python_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_RENAMED.get(k, k): _python_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_python_keys(v) for v in value]
+    return value
+
+
+def _json_keys(schema: Any) -> Any:
+    back = {v: k for k, v in _RENAMED.items()}
+    if isinstance(schema, dict):
+        out = {back.get(k, k): _json_keys(v) for k, v in schema.items()}
+        if isinstance(out.get("required"), list):
+            out["required"] = [back.get(k, k) for k in out["required"]]
+        return out
+    if isinstance(schema, list):
+        return [_json_keys(v) for v in schema]
+    return schema
+
+
+def parse_manifest(value: Any) -> Manifest:
+    """A manifest dict (parsed JSON) as a `Manifest`; ContractError names the first key that
+    does not fit (`manifest.model.sha256: ...`)."""
+    return parse(Manifest, _python_keys(value), "manifest")
+
+
+def manifest_schema() -> dict[str, Any]:
+    """The JSON Schema of `Manifest` (the content of edgeopt/manifest.schema.json)."""
+    return _json_keys(document_schema(Manifest, SCHEMA_ID, TITLE))
+
+
+def schema_text() -> str:
+    return json.dumps(manifest_schema(), indent=2) + "\n"
+
+
+def schema_path() -> Path:
+    return Path(str(resources.files("edgeopt").joinpath(SCHEMA_FILE)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m edgeopt.manifest --schema | --write | --check`."""
+    parser = argparse.ArgumentParser(prog="python -m edgeopt.manifest",
+                                     description="Print, write or check manifest.schema.json.")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--schema", action="store_true", help="print the schema (default)")
+    mode.add_argument("--write", action="store_true", help="write edgeopt/" + SCHEMA_FILE)
+    mode.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    args = parser.parse_args(argv)
+    path = schema_path()
+    if args.check:
+        stale = path.read_text(encoding="utf-8") != schema_text()
+        print(f"{path}: {'stale, run python -m edgeopt.manifest --write' if stale else 'ok'}")
+        return 1 if stale else 0
+    if args.write:
+        from edgeopt.atomic import write_file_atomic
+
+        write_file_atomic(path, schema_text())
+        print(f"wrote {path}")
+        return 0
+    sys.stdout.write(schema_text())
+    return 0
+
+
+__all__ = ["Manifest", "ContractError", "parse_manifest", "manifest_schema", "SCHEMA_VERSION"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
