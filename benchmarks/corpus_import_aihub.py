@@ -60,7 +60,8 @@ FAMILIES = (
     (r"^(quicksrnet|sesr|esrgan|real_esrgan|xlsr)", "super-resolution"),
     (r"^(hrnet|litehrnet)", "hrnet"), (r"^(deeplab|fcn|pspnet)", "deeplab"),
     (r"^(stable_diffusion|controlnet)", "stable-diffusion"), (r"^centernet", "centernet"),
-    (r"^(bevdet|bevfusion|centerpoint|gkt)", "bev-3d"), (r"^(ddrnet|pidnet|bisenet)", "realtime-seg"),
+    (r"^(bevdet|bevfusion|centerpoint|gkt)", "bev-3d"),
+    (r"^(ddrnet|pidnet|bisenet)", "realtime-seg"),
 )
 
 
