@@ -21,10 +21,11 @@ from pathlib import Path
 from edgeopt.errors import DeviceError
 
 PRECISIONS = ("int8", "fp16", "fp32", "w8a16", "w16a16", "w4a16", "w8a16_mixed_int16",
-              "w8a16_mixed_fp16", "w8a8_mixed_int16")
-RUNTIMES = ("tflite", "qnn", "onnx")
+              "w8a16_mixed_fp16", "w8a8_mixed_int16", "unknown")
+RUNTIMES = ("tflite", "qnn", "onnx", "snpe", "enn")
 COMPUTE_UNITS = ("npu", "gpu", "cpu", "edgetpu", "unknown")
-DELEGATES = ("qnn-htp", "qnn-gpu", "qnn-cpu", "gpu", "metal", "cpu", "nnapi", "edgetpu")
+DELEGATES = ("qnn-htp", "qnn-gpu", "qnn-cpu", "gpu", "metal", "cpu", "nnapi", "edgetpu",
+             "enn-npu")
 OPTIONAL_INT = ("threads", "layers_npu", "layers_gpu", "layers_cpu")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
