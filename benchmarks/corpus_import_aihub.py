@@ -61,7 +61,7 @@ FAMILIES = (
     (r"^(hrnet|litehrnet)", "hrnet"), (r"^(deeplab|fcn|pspnet)", "deeplab"),
     (r"^(stable_diffusion|controlnet)", "stable-diffusion"), (r"^centernet", "centernet"),
     (r"^(bevdet|bevfusion|centerpoint|gkt)", "bev-3d"),
-    (r"^(ddrnet|pidnet|bisenet)", "realtime-seg"),
+    (r"^(ddrnet|pidnet|bisenet)", "realtime-seg"), (r"^segformer", "segformer"),
 )
 
 

@@ -25,7 +25,7 @@ PRECISIONS = ("int8", "fp16", "fp32", "w8a16", "w16a16", "w4a16", "w8a16_mixed_i
 RUNTIMES = ("tflite", "qnn", "onnx", "snpe", "enn")
 COMPUTE_UNITS = ("npu", "gpu", "cpu", "edgetpu", "unknown")
 DELEGATES = ("qnn-htp", "qnn-gpu", "qnn-cpu", "gpu", "metal", "cpu", "nnapi", "edgetpu",
-             "enn-npu")
+             "enn-npu", "ethos-u")
 OPTIONAL_INT = ("threads", "layers_npu", "layers_gpu", "layers_cpu")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
