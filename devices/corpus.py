@@ -22,10 +22,10 @@ from edgeopt.errors import DeviceError
 
 PRECISIONS = ("int8", "fp16", "fp32", "w8a16", "w16a16", "w4a16", "w8a16_mixed_int16",
               "w8a16_mixed_fp16", "w8a8_mixed_int16", "unknown")
-RUNTIMES = ("tflite", "qnn", "onnx", "snpe", "enn")
+RUNTIMES = ("tflite", "qnn", "onnx", "snpe", "enn", "synap")
 COMPUTE_UNITS = ("npu", "gpu", "cpu", "edgetpu", "unknown")
 DELEGATES = ("qnn-htp", "qnn-gpu", "qnn-cpu", "gpu", "metal", "cpu", "nnapi", "edgetpu",
-             "enn-npu", "ethos-u")
+             "enn-npu", "ethos-u", "timvx", "synap-npu")
 OPTIONAL_INT = ("threads", "layers_npu", "layers_gpu", "layers_cpu")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
