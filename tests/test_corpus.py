@@ -98,3 +98,9 @@ def test_short_row_is_an_error(tmp_path):
     (tmp_path / "z.csv").write_text(",".join(COLUMNS) + "\nm,f\n")
     with pytest.raises(DeviceError, match=r"z\.csv row 2: expected"):
         load_corpus(tmp_path)
+
+
+def test_readme_describes_every_file():
+    readme = (measurements_dir() / "README.md").read_text()
+    for path in measurements_dir().glob("*.csv"):
+        assert f"`{path.name}`" in readme, path.name
