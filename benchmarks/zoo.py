@@ -712,9 +712,13 @@ def _zoo() -> tuple[Entry, ...]:
         E("mp_pose_detection", *mp, "modules/pose_detection/pose_detection.tflite", "tflite",
           "detect", (("input_1", (1, 224, 224, 3), F32),), mediapipe_inputs(-1, 1, "person"),
           "", source="side"),
-        E("mp_face_landmark_attention", *mp, "modules/face_landmark/face_landmark_with_"
-          "attention.tflite", "tflite", "landmarks", (("input_1", (1, 192, 192, 3), F32),),
-          mediapipe_inputs(0, 1, "face"), "7 outputs, custom-free attention mesh",
+        E("mp_face_landmark", *mp, "modules/face_landmark/face_landmark.tflite", "tflite",
+          "landmarks", (("input_1", (1, 192, 192, 3), F32),), mediapipe_inputs(0, 1, "face"),
+          "fp16 weights behind DEQUANTIZE (face_landmark_with_attention, not in the zoo, "
+          "needs MediaPipe's custom op Landmarks2TransformMatrix)", source="side"),
+        E("mp_pose_landmark_full", *mp, "modules/pose_landmark/pose_landmark_full.tflite",
+          "tflite", "landmarks", (("input_1", (1, 256, 256, 3), F32),),
+          mediapipe_inputs(0, 1, "person"), "5 outputs incl. a segmentation mask",
           source="side"),
     )
 
@@ -804,6 +808,80 @@ def write_calib(entries: list[Entry], folder: Path, n: int) -> None:
             print(f"{e.name}: no calibration data: {type(exc).__name__}: {exc}")
 
 
+# ---------------------------------------------------------------- the edgeopt baseline
+
+def _timed(command: list[str], limit: int) -> dict:
+    """Run command under /usr/bin/time -v with a time limit: outcome, wall time, peak RSS."""
+    start = time.perf_counter()
+    proc = subprocess.run(["timeout", str(limit), "/usr/bin/time", "-v", *command],
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    rss = [int(line.split(":")[1]) for line in proc.stderr.splitlines()
+           if "Maximum resident set size" in line]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("edgeopt: error:")]
+    if proc.returncode == 124:
+        outcome, detail = "slow", f"killed after {limit} s"
+    elif proc.returncode == 0:
+        outcome, detail = "ok", ""
+    elif errors:
+        outcome, detail = "error", errors[-1]
+    elif "Traceback" in proc.stderr:
+        outcome = "internal error"
+        detail = proc.stderr[proc.stderr.rindex("Traceback"):].strip().splitlines()[-1][:300]
+    else:
+        outcome = "crash"
+        detail = f"exit {proc.returncode}: " + " | ".join(proc.stderr.splitlines()[-3:])[:300]
+    return {"outcome": outcome, "detail": detail, "exit": proc.returncode,
+            "wall_s": round(wall, 1), "peak_rss_mib": round(rss[0] / 1024) if rss else None,
+            "command": command, "stdout_tail": proc.stdout[-1500:]}
+
+
+def _input_shapes(e: Entry, calib: Path) -> list[str]:
+    """--input-shape flags fixing each dynamic input at its calibration shape, batch 1."""
+    flags = []
+    with np.load(calib) as data:
+        for name, shape, _ in e.inputs:
+            if any(d is None or d < 0 for d in shape) and name in data and data[name].ndim:
+                fixed = (1, *data[name].shape[1:]) if shape and shape[0] in (-1, 1) else \
+                    data[name].shape
+                flags += ["--input-shape", f"{name}:{','.join(map(str, fixed))}"]
+    return flags
+
+
+def baseline(entries: list[Entry], workdir: Path, limit: int, result: Path,
+             stop_at: float | None) -> None:
+    """`edgeopt inspect` and `edgeopt build --device pixel-npu --calib NAME.npz` per model,
+    one at a time, into result (JSON, rewritten after every model)."""
+    import json
+
+    rows = json.loads(result.read_text())["models"] if result.exists() else {}
+    edgeopt = [str(Path(sys.executable).with_name("edgeopt"))]
+    for e in entries:
+        if e.name in rows and rows[e.name].get("build", {}).get("outcome"):
+            continue
+        if stop_at and time.time() > stop_at:
+            rows[e.name] = {"skipped": "out of time"}
+            continue
+        calib = workdir / "calib" / f"{e.name}.npz"
+        write_calib([e], calib.parent, 16)
+        model = str(e.path())
+        flags = _input_shapes(e, calib) if calib.exists() else []
+        row = {"package": f"{e.package}=={e.version}", "format": e.fmt, "task": e.task,
+               "file": e.relpath, "input_shape_flags": flags}
+        row["inspect"] = _timed([*edgeopt, "inspect", model], limit)
+        out = workdir / "out" / e.name
+        shutil.rmtree(out, ignore_errors=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        row["build"] = _timed([*edgeopt, "build", model, "--device", "pixel-npu", "--calib",
+                               str(calib), *flags, "-o", str(out), "--json"], limit)
+        rows[e.name] = row
+        print(f"{e.name}: inspect {row['inspect']['outcome']}, build {row['build']['outcome']}"
+              f" {row['build']['wall_s']} s {row['build']['peak_rss_mib']} MiB "
+              f"{row['build']['detail'][:150]}", flush=True)
+        result.write_text(json.dumps({"limit_s": limit, "device": "pixel-npu",
+                                      "models": rows}, indent=1))
+
+
 def install_side() -> None:
     target = ZOO_DIR / MEDIAPIPE_SIDE
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target",
@@ -818,6 +896,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="pip install --no-deps --target mediapipe 0.10.14 in the zoo dir")
     parser.add_argument("--only", nargs="*", help="model names (default all)")
     parser.add_argument("-n", type=int, default=8, help="samples per model (default 8)")
+    parser.add_argument("--baseline", type=Path, metavar="JSON",
+                        help="run edgeopt inspect and build --device pixel-npu per model")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/zoo"))
+    parser.add_argument("--limit", type=int, default=600, help="seconds per command")
+    parser.add_argument("--stop-at", help="UTC HH:MM after which no build starts")
     args = parser.parse_args(argv)
     entries = [BY_NAME[name] for name in args.only] if args.only else list(ZOO)
     if args.install_side:
@@ -826,7 +909,17 @@ def main(argv: list[str] | None = None) -> int:
         write_calib(entries, args.calib, args.n)
     if args.check:
         return check(entries, args.n)
-    if not (args.calib or args.install_side):
+    if args.baseline:
+        stop = None
+        if args.stop_at:
+            import datetime as dt
+
+            now = dt.datetime.now(dt.UTC)
+            hh, mm = map(int, args.stop_at.split(":"))
+            stop = now.replace(hour=hh, minute=mm, second=0).timestamp()
+        baseline(entries, args.workdir, args.limit, args.baseline, stop)
+        return 0
+    if not (args.calib or args.install_side or args.baseline):
         _print(("name", "package", "format", "task", "file"),
                [(e.name, f"{e.package} {e.version}", e.fmt, e.task, e.relpath) for e in entries])
     return 0
