@@ -202,12 +202,25 @@ class Preprocessing:
 
     source: Literal["images", "arrays", "random"]
     resize: list[int] | None = _opt(description="[height, width]")
+    resize_mode: str | None = _opt(description="how images of another aspect ratio are "
+                                   "fitted, e.g. 'cover, centre crop'")
     color: Literal["grayscale", "rgb"] | None = None
-    layout: str | None = None
+    layout: str | None = _opt(description="the layout the artifact's input takes")
+    source_layout: str | None = _opt(description="the source model's input layout, when the "
+                                     "conversion changed it")
     mean: list[float] | None = None
     std: list[float] | None = None
     pixel_range: list[int] | None = None
     app_normalization: Normalization | None = None
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Class names in output order: label i names output index i."""
+
+    names: list[str]
+    source: str | None = _opt(description="where the names came from: a --labels file, the "
+                       ".tflite's own label file, or the image folder's class subfolders")
 
 
 @dataclass(frozen=True)
@@ -353,6 +366,7 @@ class Manifest:
     data: DataRecord | None = None
     preprocessing: Preprocessing | None = None
     notes: list[str] | None = None
+    labels: Labels | None = None
     placement_note: str | None = _opt(description="why placement is null")
     estimate_note: str | None = _opt(description="why estimate is null")
     quantization: Quantization | None = None
