@@ -78,7 +78,7 @@ STEPS: tuple[Step, ...] = (
     Step("inspect-all", "edgeopt inspect dist/digits_cnn.tflite --device all",
          tail_from=r"placement per device"),
     Step("estimate", "edgeopt estimate dist/digits_cnn.tflite --device pixel-npu", head=8),
-    Step("bench", "edgeopt bench dist/digits_cnn.tflite --runs 200",
+    Step("bench", "edgeopt bench dist/digits_cnn.tflite --runs 200", grep=r"^(?!• )",
          volatile=(r"(?<=runs     )\d+", r"(?<=sha256 )[0-9a-f]+",
                    r"(?<=latency  ).*", r"(?<=init     ).*", r"(?<=memory   ).*")),
     Step("quantize", f"edgeopt quantize {SAMPLE}.onnx {DATA} --scheme w4a8 "
@@ -87,7 +87,7 @@ STEPS: tuple[Step, ...] = (
          "--data samples/digits_calib.npz --eval samples/digits_eval.npz --epochs 10 "
          "-o digits_small.tflite",
          grep=r"^(?!• held-back agreement)", volatile=(
-             SECONDS, r"(?<=host latency        ).*")),
+             SECONDS, r"(?<=host latency)\s.*")),
 )
 
 
