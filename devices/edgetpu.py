@@ -26,6 +26,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from edgeopt.delegates.engine import place
 from edgeopt.devices.assignment import UnitAssignment, assign_units
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.opcost import compute_dtype
@@ -74,7 +75,6 @@ def _delegates_placement(graph: Graph, model: Any):
     """The delegates package's Edge TPU placement, when it has Edge TPU rules."""
     if importlib.util.find_spec("edgeopt.delegates.edgetpu") is None:
         return None
-    from edgeopt.delegates.engine import place
 
     return place(model if model is not None else graph, "edgetpu")
 
