@@ -18,7 +18,6 @@ What it models, each from the profile's figures:
 
 from __future__ import annotations
 
-import importlib.util
 import tomllib
 from collections import Counter
 from dataclasses import replace
@@ -72,10 +71,7 @@ def require_int8(graph: Graph, profile: DeviceProfile) -> None:
 
 
 def _delegates_placement(graph: Graph, model: Any):
-    """The delegates package's Edge TPU placement, when it has Edge TPU rules."""
-    if importlib.util.find_spec("edgeopt.delegates.edgetpu") is None:
-        return None
-
+    """The delegates package's Edge TPU placement (its Edge TPU rules)."""
     return place(model if model is not None else graph, "edgetpu")
 
 
