@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 
+from edgeopt.calibration.estimators import METHODS
 from edgeopt.choices import IoDtype, values
 from edgeopt.errors import ConfigError
 
@@ -94,7 +95,6 @@ class QuantConfig:
         if self.weight_method is not None:
             object.__setattr__(self, "weight_method",
                                _enum(WeightMethod, self.weight_method, "weight method"))
-        from edgeopt.calibration.estimators import METHODS
 
         if self.method not in METHODS:
             raise ConfigError(f"unknown range method '{self.method}'; choose from "

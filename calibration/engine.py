@@ -20,6 +20,7 @@ from edgeopt.calibration.config import Mode, Precision, QuantConfig, QuantResult
 from edgeopt.calibration.data_checks import check_calibration
 from edgeopt.calibration.describe import describe_method
 from edgeopt.calibration.fallback import write_checked
+from edgeopt.calibration.finish import finish
 from edgeopt.calibration.measured import choose_ranges, keep_bias_correction_if_it_helps
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.precision import assign_precisions
@@ -77,8 +78,6 @@ def quantize_with(fmt: QuantFormat, calib: dict[str, np.ndarray], config: QuantC
                   evaluation: dict | None = None, labels: np.ndarray | None = None,
                   progress: Progress | None = None) -> QuantResult:
     """Calibrate, quantize, check in the runtime, validate and report."""
-    from edgeopt.calibration.finish import finish
-
     warnings = check_calibration(calib, config.method)
     choices, precision_warnings = assign_precisions(fmt.graph, config)
     choices = fit_to_format(fmt, config, choices, precision_warnings)

@@ -8,13 +8,15 @@ from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.config import QuantResult
 from edgeopt.calibration.describe import describe_search
 from edgeopt.calibration.plan import QuantPlan
+from edgeopt.calibration.report import layer_report
+from edgeopt.calibration.search import search_precisions
+from edgeopt.calibration.session import check_data
+from edgeopt.validate import compare
 
 
 def validate(fmt: QuantFormat, model: bytes, data: dict[str, np.ndarray], labels,
              reference: list[np.ndarray] | None = None) -> dict:
     """The artifact run by the real runtime against the float model on `data`."""
-    from edgeopt.validate import compare
-
     reference = reference if reference is not None else fmt.run(fmt.float_model, data)
     record = compare(reference, fmt.run(model, data), labels).to_json()
     record["runtime"] = fmt.runtime
@@ -32,17 +34,12 @@ def range_records(plan: QuantPlan, choices: dict) -> dict[str, dict]:
 
 def finish(session, plan: QuantPlan, model: bytes, method: str, record: dict,
            choices: dict, evaluation: dict | None, labels) -> QuantResult:
-    from edgeopt.calibration.report import layer_report
-    from edgeopt.calibration.session import check_data
-
     fmt, config = session.fmt, session.config
     data = evaluation if evaluation is not None else check_data(session)
     data_labels = labels if evaluation is not None else None
     reference = fmt.run(fmt.float_model, data)
     search = None
     if config.accuracy_budget is not None:
-        from edgeopt.calibration.search import search_precisions
-
         session.progress(f"searching per-layer precision for a budget of "
                          f"{config.accuracy_budget}")
         model, plan, search = search_precisions(session, plan, data, data_labels, reference)

@@ -20,6 +20,7 @@ import numpy as np
 
 from edgeopt.calibration.graphspec import CalibGraph, ConvGeometry, Layer, LayerKind, OpInfo
 from edgeopt.errors import ConversionError, DataError, first_line
+from edgeopt.runtime import ort_run
 
 MIN_OPSET = 13
 _FLOAT = 1  # TensorProto.FLOAT
@@ -217,8 +218,6 @@ class OnnxCapture:
 
     def stream(self, calib: dict[str, np.ndarray], tensors: set[str],
                batch_size: int = 8) -> Iterator[dict[str, np.ndarray]]:
-        from edgeopt.runtime import ort_run
-
         sources = {self.rename.get(name, name): name for name in tensors}
         run = session(with_outputs(self.model_bytes, sorted(sources)), self.num_threads)
         names = [o.name for o in run.get_outputs() if o.name in sources]

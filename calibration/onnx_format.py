@@ -12,6 +12,7 @@ from edgeopt.calibration.onnx_backend import OnnxCapture, prepare, read_graph, s
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
 from edgeopt.errors import ConversionError, first_line
+from edgeopt.model import load_onnx_proto
 from edgeopt.runtime import ort_run_batches
 
 # onnxruntime's QDQ naming: tensor T becomes T_QuantizeLinear_Output -> T_DequantizeLinear_Output
@@ -24,7 +25,6 @@ def _read(model: bytes | str | Path) -> bytes:
     """The model's bytes; a file's external data only from inside its own folder."""
     if not isinstance(model, (str, Path)):
         return bytes(model)
-    from edgeopt.model import load_onnx_proto
 
     return load_onnx_proto(Path(model), with_data=True).SerializeToString()
 

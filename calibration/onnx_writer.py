@@ -32,6 +32,7 @@ from edgeopt.calibration.onnx_backend import (
     native_weight,
     weight_axis,
 )
+from edgeopt.calibration.onnx_weight_only import weight_only
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
 from edgeopt.errors import ConversionError, first_line
@@ -168,7 +169,6 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
 
     if plan.mode == Mode.FLOAT:
         return bytes(float_model)
-    from edgeopt.calibration.onnx_weight_only import weight_only
 
     writers = {Mode.STATIC: _static, Mode.DYNAMIC: _dynamic, Mode.FP16: _fp16,
                Mode.WEIGHT_ONLY: weight_only}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.calibration.config import BLOCK_SIZES, Precision, Scheme, WeightMethod
+from edgeopt.calibration.estimators import METHODS
 from edgeopt.calibration.graphspec import LayerKind
 from edgeopt.errors import ConfigError
 
@@ -89,8 +90,6 @@ def parse_recipe(data: dict, source: str = "<recipe>") -> Recipe:
     scheme = _field(Scheme, data.get("scheme"), source, "scheme")
     method = data.get("method")
     if method is not None:
-        from edgeopt.calibration.estimators import METHODS
-
         if method not in METHODS:
             raise ConfigError(f"recipe {source}: method '{method}' not one of {METHODS}")
     parsed = tuple(_rule(rule, f"{source} rule {i + 1}") for i, rule in enumerate(rules))

@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision
+from edgeopt.calibration.fallback import write_checked
 from edgeopt.calibration.plan import LayerPlan, QuantPlan
 from edgeopt.calibration.report import isolated_effect
 from edgeopt.calibration.weights import weight_sqnr_db
@@ -115,8 +116,6 @@ def apply_steps(session, plan: QuantPlan, steps) -> QuantPlan:
 
 def search_precisions(session, plan: QuantPlan, data: dict, labels, reference):
     """(model, plan, record) of the smallest mix on the ladder that meets the budget."""
-    from edgeopt.calibration.fallback import write_checked
-
     budget = Budget(session.config.accuracy_budget, reference, labels)
     if plan.mode in (Mode.FP16, Mode.FLOAT):
         return session.fmt.write(plan), plan, {"note": f"nothing to search in {plan.mode}"}

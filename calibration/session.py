@@ -7,7 +7,6 @@ models in its real runtime; the engine never asks which format it holds.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,19 +17,18 @@ import numpy as np
 from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.calibrate import CalibrationStats
 from edgeopt.calibration.config import Precision, QuantConfig, WeightMethod
+from edgeopt.calibration.onnx_format import OnnxFormat
 from edgeopt.calibration.plan import LayerPlan, make_layer_plan
 from edgeopt.calibration.precision import LayerChoice
+from edgeopt.calibration.tflite_format import TFLiteFormat
 
-FORMATS = {"tflite": ("edgeopt.calibration.tflite_format", "TFLiteFormat"),
-           "onnx": ("edgeopt.calibration.onnx_format", "OnnxFormat")}
+FORMATS: dict[str, Callable[..., QuantFormat]] = {"tflite": TFLiteFormat, "onnx": OnnxFormat}
 Progress = Callable[[str], None]
 
 
 def open_format(kind: str, model: Any, num_threads: int | None = None) -> QuantFormat:
-    """The format backend for `kind` ("tflite" or "onnx"), imported only when used."""
-    module, name = FORMATS[kind]
-    backend: QuantFormat = getattr(importlib.import_module(module), name)(model, num_threads)
-    return backend
+    """The format backend for `kind` ("tflite" or "onnx")."""
+    return FORMATS[kind](model, num_threads)
 
 
 @dataclass

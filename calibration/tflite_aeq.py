@@ -13,14 +13,13 @@ import tempfile
 import numpy as np
 
 from edgeopt.errors import ConversionError, first_line
+from edgeopt.model import tflite_interpreter
 
 # TFLite schema TensorType values accepted by modify_model_interface.
 _TENSOR_TYPES = {"float32": 0, "uint8": 3, "int8": 9}
 
 
 def _signature_samples(float_tflite: bytes, arrays: dict[str, np.ndarray]) -> dict:
-    from edgeopt.model import tflite_interpreter
-
     interpreter = tflite_interpreter(float_tflite)
     signatures = interpreter.get_signature_list()
     if not signatures:

@@ -19,6 +19,7 @@ import numpy as np
 from edgeopt.calibration.graphspec import CalibGraph, ConvGeometry, Layer, LayerKind, OpInfo
 from edgeopt.calibration.tflite_buffers import float_constants, read_constant, shared_buffers
 from edgeopt.errors import ConversionError, DataError, ModelLoadError, first_line
+from edgeopt.tflite_reader import read_tflite
 
 WEIGHT_OPS = {"CONV_2D": LayerKind.CONV, "DEPTHWISE_CONV_2D": LayerKind.DEPTHWISE,
               "FULLY_CONNECTED": LayerKind.DENSE}
@@ -82,8 +83,6 @@ def _layer(op, graph, constants: dict) -> Layer | None:
 
 def read_graph(model: bytes) -> CalibGraph:
     """The float model's layers, weights and activation tensors (subgraph 0)."""
-    from edgeopt.tflite_reader import read_tflite
-
     graph = read_tflite(model)
     unnamed = [i for i, t in enumerate(graph.tensors) if not t.name]
     if unnamed:  # ai-edge-quantizer keys everything by tensor name

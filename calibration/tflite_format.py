@@ -12,6 +12,7 @@ from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
 from edgeopt.calibration.tflite_backend import TFLiteCapture, read_graph
 from edgeopt.errors import ModelLoadError, first_line
+from edgeopt.tflite_reader import read_tflite
 
 _NODE = re.compile(r"Node number (\d+)")
 
@@ -68,8 +69,6 @@ class TFLiteFormat:
         match = _NODE.search(text)
         tensor = None
         if match:
-            from edgeopt.tflite_reader import read_tflite
-
             graph = read_tflite(model)
             ops = [op for op in graph.ops if op.subgraph == 0]
             index = int(match.group(1))

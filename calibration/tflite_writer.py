@@ -22,6 +22,7 @@ from edgeopt.calibration.config import Mode, Precision
 from edgeopt.calibration.graphspec import CalibGraph, Layer
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
+from edgeopt.calibration.tflite_aeq import set_io_dtype
 from edgeopt.calibration.tflite_backend import to_native
 from edgeopt.calibration.tflite_buffers import patch_constants
 from edgeopt.calibration.weights import qrange
@@ -133,8 +134,6 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
     if plan.mode == Mode.FLOAT:
         return bytes(float_model)
     from ai_edge_quantizer import quantizer
-
-    from edgeopt.calibration.tflite_aeq import set_io_dtype
 
     patched = patch_constants(float_model, new_constants(graph, plan))
     rules = build_recipe(graph, plan)

@@ -14,6 +14,7 @@ import numpy as np
 
 from edgeopt.compression.graph import PruneError
 from edgeopt.compression.groups import ChannelGraph, ChannelGroup
+from edgeopt.compression.taylor import taylor as taylor_scores
 
 Scores = dict[str, np.ndarray]
 Criterion = Callable[[ChannelGraph, Any], Scores]
@@ -67,8 +68,6 @@ def mean_activation(cg: ChannelGraph, sample_inputs: Any) -> Scores:
 def taylor(cg: ChannelGraph, sample_inputs: Any) -> Scores:
     """First-order Taylor importance (gradient x activation) on the sample inputs, with
     the model's own top-1 outputs as targets; see ``edgeopt.compression.taylor``."""
-    from edgeopt.compression.taylor import taylor as taylor_scores
-
     return taylor_scores(cg, sample_inputs)
 
 
@@ -87,8 +86,6 @@ def get_criterion(criterion: str | Criterion, labels: Any = None) -> Criterion:
         raise PruneError(f"unknown pruning criterion '{criterion}' "
                          f"(choose from {', '.join(CRITERIA)})")
     if criterion == "taylor" and labels is not None:
-        from edgeopt.compression.taylor import taylor as taylor_scores
-
         return lambda cg, samples: taylor_scores(cg, samples, labels)
     return CRITERIA[criterion]
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from edgeopt.compression.augment import AUGMENTS
 from edgeopt.data import HOLDOUT_SHARE
-from edgeopt.errors import DataError
+from edgeopt.errors import ConfigError, DataError
 
 Teacher = Callable[[np.ndarray], Any]
 
@@ -56,8 +56,6 @@ def as_logits(outputs: Any) -> np.ndarray:
 
 
 def _check_config(config: DistillConfig) -> None:
-    from edgeopt.errors import ConfigError
-
     unknown = [name for name in config.augment if name not in AUGMENTS]
     if unknown:
         raise ConfigError(f"unknown augmentation '{unknown[0]}' (choose from "

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.compression.sparsity import SparsityConfig, SparsityResult, sparsify
+from edgeopt.compression.tflite_sparse import convert_float, write_sparse_tflite
+from edgeopt.devices.runners.host import HostBenchmark, run_host
+from edgeopt.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -55,12 +58,8 @@ class TfliteMeasurement:
 
 def measure_tflite(content: bytes, config: MeasureConfig | None = None) -> TfliteMeasurement:
     """Size and measured LiteRT (XNNPACK) latency of one ``.tflite`` on this machine."""
-    from edgeopt.devices.runners.host import HostBenchmark, run_host
-
     config = config or MeasureConfig()
     if config.clock not in ("cpu", "wall") or (config.clock == "cpu" and config.threads != 1):
-        from edgeopt.errors import ConfigError
-
         raise ConfigError("latency clock must be 'wall', or 'cpu' with one thread (it times "
                           "the calling thread)")
     with tempfile.TemporaryDirectory(prefix="edgeopt-measure-") as folder:
@@ -98,8 +97,6 @@ class SparseReport:
 def measure_sparse(model: Any, sparsity: SparsityConfig,
                    config: MeasureConfig | None = None) -> SparseReport:
     """Sparsify ``model``, write it densely and sparsely, and measure all three files."""
-    from edgeopt.compression.tflite_sparse import convert_float, write_sparse_tflite
-
     result = sparsify(model, sparsity)
     written = write_sparse_tflite(result.model)
     baseline = measure_tflite(convert_float(model), config)

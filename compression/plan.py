@@ -13,6 +13,7 @@ from edgeopt.compression.graph import PruneError
 from edgeopt.compression.groups import ChannelGraph
 from edgeopt.compression.macs import MacModel
 from edgeopt.compression.rebuild import masked_weights
+from edgeopt.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,6 @@ def recipe_counts(planner: Planner, recipe: Mapping[str, float]) -> list[int]:
 
 def check_config(config: PruneConfig) -> None:
     """Refuse knob values that cannot plan anything."""
-    from edgeopt.errors import ConfigError
-
     if not isinstance(config.channel_multiple, int) or config.channel_multiple < 1:
         raise ConfigError(f"channel multiple must be a whole number >= 1, got "
                           f"{config.channel_multiple!r}")
@@ -227,8 +226,6 @@ def check_config(config: PruneConfig) -> None:
 
 def check_ratio(ratio: float, allow_zero: bool = False) -> None:
     """Refuse a ratio outside (0, 1) (or [0, 1) for recipe entries)."""
-    from edgeopt.errors import ConfigError
-
     ok = isinstance(ratio, int | float) and (0 <= ratio < 1 if allow_zero else 0 < ratio < 1)
     if not ok:
         raise ConfigError(f"pruning ratio must be between 0 and 1 (exclusive), got {ratio!r}")

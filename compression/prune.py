@@ -27,6 +27,7 @@ from edgeopt.compression.plan import (
     uniform_counts,
 )
 from edgeopt.compression.rebuild import rebuild
+from edgeopt.errors import DataError
 
 
 @dataclass
@@ -56,8 +57,6 @@ def default_samples(model: Any, count: int = 8, seed: int = 0) -> Any:
 
 def check_samples(model: Any, samples: Any) -> None:
     """Refuse sample inputs whose count or shape does not fit the model's inputs."""
-    from edgeopt.errors import DataError
-
     arrays = samples if isinstance(samples, list | tuple) else [samples]
     if len(arrays) != len(model.inputs):
         raise DataError(f"the model has {len(model.inputs)} inputs, got {len(arrays)} "

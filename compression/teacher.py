@@ -17,7 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt.converters.float_tflite import _perm_between
 from edgeopt.errors import DataError
+from edgeopt.model import load_model
+from edgeopt.runtime import make_runner, run_dataset
 
 
 def _batch_one(shape: tuple) -> tuple[int, ...]:
@@ -26,8 +29,6 @@ def _batch_one(shape: tuple) -> tuple[int, ...]:
 
 def input_permutation(student_shape: tuple, teacher_shape: tuple) -> tuple[int, ...] | None:
     """Axes of a student-layout batch that give the teacher's layout (None: same layout)."""
-    from edgeopt.converters.float_tflite import _perm_between
-
     student, teacher = _batch_one(student_shape), _batch_one(teacher_shape)
     if len(student) != len(teacher):
         raise DataError(f"the teacher takes inputs of rank {len(teacher)}, the student of "
@@ -47,9 +48,6 @@ def runtime_teacher(model: str | os.PathLike, student: Any,
 
     Returns its first output as float32 (int8 models are dequantized by the runner).
     """
-    from edgeopt.model import load_model
-    from edgeopt.runtime import make_runner, run_dataset
-
     handle = load_model(model)
     if len(handle.inputs) != 1:
         raise DataError(f"distillation takes a teacher with one input; {handle.path.name} "

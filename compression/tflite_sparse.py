@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeopt.quiet import captured_prints
+
 
 @dataclass(frozen=True)
 class SparseTflite:
@@ -23,8 +25,6 @@ class SparseTflite:
 def convert_float(model: Any, sparse: bool = False) -> bytes:
     """A float ``.tflite`` of a Keras model; ``sparse`` stores mostly-zero weights sparsely."""
     import tensorflow as tf
-
-    from edgeopt.quiet import captured_prints
 
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     if sparse:

@@ -13,14 +13,19 @@ from dataclasses import replace
 from typing import Any
 
 from edgeopt.delegates import checks, rewrites
+from edgeopt.delegates.constants import small_int_constants
 from edgeopt.delegates.crossings import find_crossings
+from edgeopt.delegates.ethosu import place_with_vela
+from edgeopt.delegates.notes import device_notes
 from edgeopt.delegates.partition import independent_subsets, prefix_partition, select_partitions
 from edgeopt.delegates.placement import CPU, OpPlacement, Placement
 from edgeopt.delegates.registry import COMPILED, load_delegate_rules
 from edgeopt.delegates.rules import DelegateRules, Verdict
 from edgeopt.delegates.view import ModelIndex, OpView
+from edgeopt.devices.profile import load_profile
 from edgeopt.errors import ConfigError
 from edgeopt.graph import Graph, Op
+from edgeopt.tflite_reader import read_tflite
 
 ModelSource = Graph | bytes | bytearray | str | os.PathLike
 PARTITION_KEYS = ("max_partitions", "min_partition_ops")
@@ -56,8 +61,6 @@ def delegate_rules(delegate: str, settings: Mapping[str, Any]) -> DelegateRules:
 
 
 def _place_compiled(model: ModelSource, settings: Mapping[str, Any]) -> Placement:
-    from edgeopt.delegates.ethosu import place_with_vela
-
     unknown = set(settings) - set(VELA_SETTINGS)
     if unknown:
         raise ConfigError(f"delegate 'ethos-u' has no option(s) {', '.join(sorted(unknown))}; "
@@ -70,9 +73,6 @@ def load_model_graph(model: ModelSource) -> tuple[Graph, Mapping[int, tuple]]:
     if isinstance(model, Graph):
         graph, constants = model, {}
     else:
-        from edgeopt.delegates.constants import small_int_constants
-        from edgeopt.tflite_reader import read_tflite
-
         source = bytes(model) if isinstance(model, (bytes, bytearray, memoryview)) else model
         graph = read_tflite(source)
         constants = small_int_constants(source)
@@ -87,7 +87,6 @@ def _tflite_bytes(model: ModelSource) -> bytes:
         raise ConfigError("Ethos-U placement runs Vela on the .tflite file: pass its bytes or path")
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
-    from edgeopt.tflite_reader import read_tflite
 
     read_tflite(model)  # a clear ModelLoadError for a missing or corrupt file
     with open(model, "rb") as fh:
@@ -183,9 +182,6 @@ def place_for_device(model: ModelSource, profile, **settings: Any) -> Placement:
     rules of ``profile.delegate``. Model-level advice (IO types the device expects, a
     dynamic batch, a float model on an integer-only NPU) goes to ``Placement.notes``.
     """
-    from edgeopt.delegates.notes import device_notes
-    from edgeopt.devices.profile import load_profile
-
     if isinstance(profile, str):
         profile = load_profile(profile)
     if profile.delegate in COMPILED:

@@ -12,6 +12,7 @@ from importlib import metadata
 from typing import Any
 
 from edgeopt.delegates import rewrites
+from edgeopt.delegates.constants import small_int_constants
 from edgeopt.delegates.crossings import find_crossings
 from edgeopt.delegates.partition import independent_subsets
 from edgeopt.delegates.placement import CPU, OpPlacement, Placement
@@ -19,6 +20,7 @@ from edgeopt.delegates.vela import FAILED, NO_REASON, VelaRun, run_vela, system_
 from edgeopt.delegates.view import ModelIndex
 from edgeopt.errors import DeviceError
 from edgeopt.graph import Graph
+from edgeopt.tflite_reader import read_tflite
 
 UNIT = "npu"
 TITLE = "Arm Ethos-U (Vela)"
@@ -72,9 +74,6 @@ def place_with_vela(tflite: bytes, accelerator: str = "ethos-u55-256",
 def placement_from_run(tflite: bytes, run: VelaRun | None, accelerator: str,
                        system_config: str, memory_mode: str, error: str = "") -> Placement:
     """The Placement for a finished Vela run (or for a failed one, given its error)."""
-    from edgeopt.delegates.constants import small_int_constants
-    from edgeopt.tflite_reader import read_tflite
-
     graph = read_tflite(tflite)
     settings = {"accelerator": accelerator, "system_config": system_config,
                 "memory_mode": memory_mode, "compiler": "vela", "version": _vela_version()}

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from edgeopt.delegates.placement import Placement
+from edgeopt.delegates.registry import RULE_MODULES, load_delegate_rules
 from edgeopt.delegates.view import QUANT_DTYPES
 from edgeopt.graph import Graph
 
@@ -53,8 +54,6 @@ def _precision_notes(graph: Graph, profile) -> list[str]:
 
 
 def _needs_static_shapes(delegate: str) -> bool:
-    from edgeopt.delegates.registry import RULE_MODULES, load_delegate_rules
-
     if delegate not in RULE_MODULES:
         return False
     return any(rule.name == "static_shapes" for rule in load_delegate_rules(delegate).generic)

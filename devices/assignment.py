@@ -7,8 +7,8 @@ The estimator takes a placement in any of three forms and turns it into a `UnitA
 * a mapping ``{op index: unit name}`` or a sequence of unit names in op order, where a
   name is a unit of the profile, ``"cpu"`` (the profile's CPU unit) or ``"accelerator"``
   (its main unit);
-* nothing: `edgeopt.delegates.place_for_device` when that exists, else every op on the
-  device's main unit, except ops in a dtype the main unit cannot compute.
+* nothing: `edgeopt.delegates.place_for_device` (`default_assignment` — every op on the
+  device's main unit, except ops in a dtype it cannot compute — when there is no placement).
 
     >>> a = assign_units(graph, load_profile("pixel-npu"), {0: "npu", 1: "cpu"})  # doctest: +SKIP
     >>> a.units, a.partitions                                                      # doctest: +SKIP
@@ -17,15 +17,14 @@ The estimator takes a placement in any of three forms and turns it into a `UnitA
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from edgeopt.delegates import place_for_device
 from edgeopt.devices.opcost import compute_dtype
 from edgeopt.devices.profile import DeviceProfile
-from edgeopt.errors import ConfigError, DeviceError
+from edgeopt.errors import DeviceError
 from edgeopt.graph import Graph
 
 ACCELERATOR = "accelerator"
@@ -165,51 +164,9 @@ def contiguous_partitions(graph: Graph, units: Sequence[str], cpu: str
     return tuple(tuple(p) for p in partitions)
 
 
-def _delegates_placement(graph: Graph, profile: DeviceProfile, model: Any):
-    """The delegates package's placement of the model on the device, when it has one.
-
-    `place_for_device(model, profile)` first; else `place(model, delegate)` for a delegate
-    the registry has rules for. None when neither exists, or when the delegate needs the
-    model file (Vela) and only a Graph was given.
-    """
-    source = model if model is not None else graph
-    place_for_device = _find("place_for_device")
-    if place_for_device is not None:
-        try:
-            return place_for_device(source, profile)
-        except (TypeError, AttributeError):  # an older signature that takes the name
-            return place_for_device(source, profile.name)
-    place = _find("place")
-    if place is None or not _has_rules(profile.delegate):
-        return None
-    try:
-        return place(source, profile.delegate)
-    except ConfigError:
-        if model is None:
-            return None
-        raise
-
-
-def _find(name: str):
-    for module in ("edgeopt.delegates", "edgeopt.delegates.engine"):
-        try:
-            found = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            found = None
-        if found is not None:
-            return found
-    return None
-
-
-def _has_rules(delegate: str) -> bool:
-    try:
-        registry = importlib.import_module("edgeopt.delegates.registry")
-        module = registry.RULE_MODULES.get(delegate)
-        if module is None:
-            return delegate in getattr(registry, "COMPILED", ())
-        return importlib.util.find_spec(module) is not None
-    except ImportError:
-        return False
+def _delegates_placement(graph: Graph, profile: DeviceProfile, model: Any) -> PlacementView:
+    """`edgeopt.delegates.place_for_device` on the model file when given, else on the graph."""
+    return place_for_device(model if model is not None else graph, profile)
 
 
 def _from_delegates(graph: Graph, profile: DeviceProfile,

@@ -26,8 +26,17 @@ import numpy as np
 from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.devices.fit import FitConfig, FitResult, Sample, fit_profile
 from edgeopt.devices.hostinfo import HostCpu, host_cpu_info
-from edgeopt.devices.profile import USER_CACHE, load_profile, parse_profile, user_profile_dir
+from edgeopt.devices.microbench import micro_models
+from edgeopt.devices.profile import (
+    USER_CACHE,
+    _profile_files,
+    load_profile,
+    parse_profile,
+    user_profile_dir,
+)
+from edgeopt.devices.runners.measurement import read_records
 from edgeopt.errors import ConfigError
+from edgeopt.tflite_reader import read_tflite
 
 HOST_DEVICE = "host-cpu"
 
@@ -97,9 +106,6 @@ def micro_samples(threads: int = 1, quick: bool = False, min_runs: int = 10,
                   min_time_s: float = 0.15,
                   progress: Callable[[str], None] | None = None) -> list[Sample]:
     """Build and time every micro-benchmark on this host."""
-    from edgeopt.devices.microbench import micro_models
-    from edgeopt.tflite_reader import read_tflite
-
     samples = []
     for model in micro_models(limit=2 if quick else None):
         ms = measure_ms(model.tflite, threads, min_runs, min_time_s)
@@ -112,9 +118,6 @@ def micro_samples(threads: int = 1, quick: bool = False, min_runs: int = 10,
 
 def record_samples(path: Path, device: str) -> list[Sample]:
     """Samples from bench records of ``device`` whose .tflite model file still exists."""
-    from edgeopt.devices.runners.measurement import read_records
-    from edgeopt.tflite_reader import read_tflite
-
     samples = []
     for record in read_records(path):
         name = (record.get("device") or {}).get("name")
@@ -160,8 +163,6 @@ def calibrate(config: CalibrationConfig, extra_samples: Sequence[Sample] = (),
 
 
 def _shipped(name: str):
-    from edgeopt.devices.profile import _profile_files
-
     return parse_profile(_profile_files()[name])
 
 

@@ -18,7 +18,6 @@ What it models, each from the profile's figures:
 
 from __future__ import annotations
 
-import importlib.util
 import tomllib
 from collections import Counter
 from dataclasses import replace
@@ -26,6 +25,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from edgeopt.delegates.engine import place
 from edgeopt.devices.assignment import UnitAssignment, assign_units
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.opcost import compute_dtype
@@ -71,11 +71,7 @@ def require_int8(graph: Graph, profile: DeviceProfile) -> None:
 
 
 def _delegates_placement(graph: Graph, model: Any):
-    """The delegates package's Edge TPU placement, when it has Edge TPU rules."""
-    if importlib.util.find_spec("edgeopt.delegates.edgetpu") is None:
-        return None
-    from edgeopt.delegates.engine import place
-
+    """The delegates package's Edge TPU placement (its Edge TPU rules)."""
     return place(model if model is not None else graph, "edgetpu")
 
 

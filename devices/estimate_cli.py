@@ -7,6 +7,7 @@ estimate on one profile or on all of them.
 
 from __future__ import annotations
 
+from edgeopt.devices.edgetpu import compiler_log
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.modelsource import EstimateModel, load_estimate_model
 from edgeopt.devices.profile import DeviceProfile, all_profiles, load_profile
@@ -26,8 +27,6 @@ def estimate_one(model: str, device: str, precision: str = "auto"
     est = _estimate(source, profile)
     log = ""
     if profile.delegate == "edgetpu":
-        from edgeopt.devices.edgetpu import compiler_log
-
         log = compiler_log(est)
     return est, [source.precision_note], log
 

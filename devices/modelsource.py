@@ -15,8 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgeopt.choices import EstimatePrecision, values
+from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.data import DataSpec, load_data
 from edgeopt.devices.opcost import compute_dtype
 from edgeopt.graph import Graph, Quantization
+from edgeopt.model import load_model
+from edgeopt.quiet import library_output_to_log
+from edgeopt.runtime import make_runner, run_dataset
+from edgeopt.tflite_reader import read_tflite
 
 PRECISIONS = values(EstimatePrecision)
 
@@ -50,8 +56,6 @@ def load_estimate_model(path: str | Path, device_precision: str,
                         precision: str = "auto") -> EstimateModel:
     """Read (or convert) ``path``; ``precision`` auto = the file's own for .tflite, the
     device's for other formats; int8 = always as full int8; model = as the file is."""
-    from edgeopt.tflite_reader import read_tflite
-
     path = Path(path)
     if path.suffix == ".tflite":
         tflite = path.read_bytes() if path.is_file() else None
@@ -69,18 +73,11 @@ def load_estimate_model(path: str | Path, device_precision: str,
 
 
 def _convert(path: Path) -> bytes:
-    from edgeopt.converters.float_tflite import to_float_tflite
-    from edgeopt.data import DataSpec, load_data
-    from edgeopt.model import load_model
-    from edgeopt.quiet import library_output_to_log
-
     with tempfile.TemporaryDirectory(prefix="edgeopt-estimate-") as workdir, \
             library_output_to_log():
         handle = load_model(path)
         # onnx2tf checks its conversion on sample images; the estimate needs no real ones
         samples = load_data(DataSpec("random"), handle.inputs, hold_out=False)[0].arrays
-        if handle.format == "onnx":  # runs once under edgeopt's deadline before onnx2tf
-            from edgeopt.runtime import make_runner, run_dataset  # runs it without one
-
+        if handle.format == "onnx":  # run once under edgeopt's deadline: onnx2tf has none
             run_dataset(make_runner(handle), {k: v[:1] for k, v in samples.items()})
         return to_float_tflite(handle, Path(workdir), samples).tflite

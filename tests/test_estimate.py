@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgeopt.cli.estimate import command as estimate_command
+from edgeopt.devices import assignment
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import load_profile
 from edgeopt.devices.tflite_writer import GraphWriter
@@ -112,10 +113,8 @@ def test_unknown_unit_in_a_placement(int8_model):
         estimate(read_tflite(int8_model), load_profile("pixel-npu"), {0: "dsp"})
 
 
-def test_default_placement_without_the_delegates_package(monkeypatch, float_model):
-    from edgeopt.devices import assignment
-
-    monkeypatch.setattr(assignment, "_find", lambda name: None)
+def test_default_placement_when_the_delegates_give_none(monkeypatch, float_model):
+    monkeypatch.setattr(assignment, "_delegates_placement", lambda graph, profile, model: None)
     est = estimate(read_tflite(float_model), load_profile("snapdragon-npu"))
     # The NPU profile computes int8 and float16 only: float32 ops fall back to the CPU.
     assert est.placement["cpu_ops"] == 3 and all(o.unit == "cpu" for o in est.ops)

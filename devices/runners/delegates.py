@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgeopt.delegates.external import load_external_delegate
 from edgeopt.errors import DeviceError
 
 # benchmark_model flags per delegate name (profile `delegate` field or --delegate NAME).
@@ -81,7 +82,6 @@ class HostDelegate:
         """The loaded external delegate, or None; a library that fails is a DeviceError."""
         if self.library is None:
             return None
-        from edgeopt.delegates.external import load_external_delegate
 
         return load_external_delegate(self.library, dict(self.options))
 
