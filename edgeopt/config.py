@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from types import UnionType
 from typing import Union, get_args, get_origin, get_type_hints
 
 from edgeopt.errors import ConfigError
+from edgeopt.inputs import CAPS, read_toml
 
 CONFIG_NAME = "edgeopt.toml"
 DEFAULT_DEVICE = "host-cpu"
@@ -217,12 +217,7 @@ def find_config_file(explicit: str | None = None) -> Path | None:
 def load_config_file(path: str | os.PathLike) -> ConfigFile:
     """Read a config file; keys outside any table belong to `build`."""
     file = Path(path)
-    try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file not found: {file}") from exc
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {file}: {exc}") from exc
+    raw = read_toml(file, "config file", ConfigError, CAPS["config"])
     build = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
     build.update(tables.pop("build", {}))
