@@ -21,8 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.data_limits import bounded_images, check_npz_members, check_sample_count
 from edgeopt.errors import DataError, first_line
 from edgeopt.graph import MAX_TENSOR_BYTES
+from edgeopt.inputs import CAPS, check_regular, read_bytes
 from edgeopt.model import TensorSpec
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -119,8 +121,7 @@ _READ_ERRORS = (ValueError, OSError, EOFError, KeyError, NotImplementedError, Me
 
 
 def _np_load(path: Path):
-    with path.open("rb") as f:
-        magic = f.read(6)
+    magic = read_bytes(path, "data file", DataError, CAPS["numpy"], limit=6)
     if not (magic.startswith(b"PK\x03\x04") or magic == b"\x93NUMPY"):
         raise DataError(f"{path} is not a readable NumPy file (.npy or .npz)")
     try:
@@ -145,6 +146,7 @@ def _check_declared_sizes(path: Path, zipped: bool) -> None:
             _check_npy_header(f, path.stat().st_size, str(path))
         return
     with zipfile.ZipFile(path) as archive:
+        check_npz_members(archive.infolist(), str(path))
         for info in archive.infolist():
             if info.filename.endswith(".npy"):
                 with archive.open(info) as f:
@@ -162,6 +164,7 @@ def _check_npy_header(f, size: int, label: str) -> None:
     shape, _, dtype = read_header(f, max_header_size=10_000)
     if dtype.hasobject:
         return  # refused by np.load(allow_pickle=False) with its own message
+    check_sample_count(shape, label)
     declared = math.prod(shape) * dtype.itemsize
     present = size - f.tell()
     if declared > present:
@@ -330,10 +333,9 @@ def _image_files(folder: Path) -> tuple[list[Path], list[int] | None]:
 def _read_image(path: Path, h: int, w: int, channels: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
-    if not path.is_file():  # a FIFO named x.png would block the build forever
-        raise DataError(f"image {path} is not a regular file (a FIFO, device or broken link)")
+    check_regular(path, "image", DataError, CAPS["image"])  # a FIFO named x.png would block
     try:
-        with Image.open(path) as img:
+        with bounded_images(str(path)), Image.open(path) as img:
             img = img.convert("L" if channels == 1 else "RGB").resize((w, h), Image.BILINEAR)
             pixels = np.asarray(img, dtype=np.float32)
     except (UnidentifiedImageError, OSError, ValueError) as exc:
@@ -347,6 +349,7 @@ def _load_image_folder(folder: Path, inputs, prep: Preprocessing):
     files, labels = _image_files(folder)
     if not files:
         raise DataError(f"{folder} holds no .jpg or .png images")
+    check_sample_count((len(files),), str(folder))
     for name, values in (("mean", prep.mean), ("std", prep.std)):
         if len(values) not in (1, ch):
             raise DataError(f"--{name} has {len(values)} values; input '{spec.name}' has "

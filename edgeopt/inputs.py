@@ -47,8 +47,8 @@ def check_stat(st: os.stat_result, path: str | os.PathLike, what: str,
     """The size of a regular file within `cap`; anything else raises `error` naming it."""
     kind = _KINDS.get(stat.S_IFMT(st.st_mode))
     if kind is not None or not stat.S_ISREG(st.st_mode):
-        raise error(f"{what} {path} is {kind or 'not a regular file'}; edgeopt reads "
-                    "regular files only")
+        raise error(f"{what} {path} is not a regular file ({kind or 'a special file'}); "
+                    "edgeopt reads regular files only")
     if st.st_size > cap:
         raise error(f"{what} {path} is {_size_text(st.st_size)}, over the "
                     f"{_size_text(cap)} such a file may take; refusing to read it")
