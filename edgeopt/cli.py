@@ -15,7 +15,10 @@ from pathlib import Path
 import click
 
 from edgeopt import __version__
+from edgeopt.deadline import run_deadline
+from edgeopt.display import printable
 from edgeopt.errors import EdgeoptError
+from edgeopt.interrupts import interrupted, watch_interrupts
 from edgeopt.options import comma_floats
 
 EXAMPLES = {
@@ -43,7 +46,7 @@ def _disk_full(exc: BaseException) -> str | None:
 
 
 def _fail(message: str, code: int) -> int:
-    click.echo(f"edgeopt: error: {message}", err=True)
+    click.echo(f"edgeopt: error: {printable(message)}", err=True)
     return code
 
 
@@ -62,7 +65,7 @@ class EdgeoptGroup(click.Group):
         from edgeopt.tempfiles import private_tempdir
 
         try:
-            with private_tempdir():  # killed runs leave nothing a later run cannot sweep
+            with watch_interrupts(), private_tempdir():  # killed runs leave nothing behind
                 result = super().main(args=args, prog_name=prog_name, standalone_mode=False,
                                       **extra)
         except click.exceptions.Exit as exc:
@@ -72,18 +75,24 @@ class EdgeoptGroup(click.Group):
         except click.ClickException as exc:
             return _fail(exc.format_message().replace("\n", " "), 2)
         except EdgeoptError as exc:
+            if interrupted(exc):  # a library turned Ctrl-C into its own error
+                return _fail("interrupted", 130)
             if debug:
                 traceback.print_exc()
             return _fail(_disk_full(exc) or str(exc).replace("\n", " "), exc.exit_code)
         except KeyboardInterrupt:
             return _fail("interrupted", 130)
         except Exception as exc:  # a bug: say so on one line; --debug shows where
+            if interrupted(exc):  # ImportError "initialization failed", SystemError, ...
+                return _fail("interrupted", 130)
             if debug:
                 traceback.print_exc()
             if full := _disk_full(exc):  # a full disk is the machine's state, not a bug
                 return _fail(full, 2)
             return _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug "
                          "and report it)".replace("\n", " "), 1)
+        if interrupted():  # a library dropped the KeyboardInterrupt and the command went on
+            return _fail("interrupted", 130)
         return result if isinstance(result, int) else 0
 
 
@@ -137,6 +146,7 @@ def cli(ctx, debug: bool, config_file: str | None) -> None:
     from edgeopt.command_defaults import default_map
     from edgeopt.config import find_config_file, load_config_file
 
+    run_deadline()  # a bad EDGEOPT_RUN_DEADLINE_S is an error before any work, not midway
     path = find_config_file(config_file)
     cfile = load_config_file(path) if path else None
     ctx.meta[CONFIG_META] = cfile

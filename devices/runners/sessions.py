@@ -15,8 +15,9 @@ from importlib import metadata
 
 import numpy as np
 
+from edgeopt.deadline import ENV_NAME, RunWatchdog, exit_now
 from edgeopt.devices.runners.delegates import HostDelegate
-from edgeopt.errors import DeviceError, ModelLoadError, first_line
+from edgeopt.errors import ConversionError, DeviceError, ModelLoadError, first_line
 from edgeopt.model import ModelHandle, TensorSpec
 from edgeopt.runtime import TFLiteRunner
 
@@ -77,13 +78,24 @@ class LiteRTSession:
                                  f"{first_line(exc)}") from exc
         self.label = f"LiteRT {_version('ai-edge-litert')}, {delegate.label}"
         self._indices = [d["index"] for d in self.interpreter.get_input_details()]
+        self._watchdog = RunWatchdog(self._give_up)
+
+    def _give_up(self) -> None:
+        """LiteRT offers no way to stop an invoke from another thread: say why, and end the
+        process (bench writes nothing before its runs finish)."""
+        exit_now(f"LiteRT ran one invoke for more than {self._watchdog.deadline:g} s "
+                 f"({ENV_NAME}): the model does not finish (a WHILE that never ends?)")
 
     def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
         for index, value in zip(self._indices, feed.values()):
             self.interpreter.set_tensor(index, value)
 
     def invoke(self) -> None:
-        self.interpreter.invoke()
+        self._watchdog.arm()
+        try:
+            self.interpreter.invoke()
+        finally:
+            self._watchdog.disarm()
 
     def runner(self) -> TFLiteRunner:
         return _InterpreterRunner(self.interpreter)
@@ -108,12 +120,30 @@ class OrtSession:
         self.label = f"onnxruntime {_version('onnxruntime')} CPU ({level})"
         self.input_names = [i.name for i in self.session.get_inputs()]
         self._feed: dict[str, np.ndarray] = {}
+        self._options = ort.RunOptions()
+        self._options.log_severity_level = 4
+        # onnxruntime checks `terminate` between nodes and loop iterations
+        self._watchdog = RunWatchdog(lambda: setattr(self._options, "terminate", True))
 
     def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
         self._feed = feed
 
+    def _run(self, feed: dict[str, np.ndarray]) -> list:
+        self._watchdog.arm()
+        try:
+            return self.session.run(None, feed, self._options)
+        except Exception as exc:  # onnxruntime raises its own Fail type when terminated
+            if self._watchdog.expired:
+                raise ConversionError(f"onnxruntime stopped the model after "
+                                      f"{self._watchdog.deadline:g} s on one run "
+                                      f"({ENV_NAME}): it does not finish (a Loop that never "
+                                      "ends?)") from exc
+            raise
+        finally:
+            self._watchdog.disarm()
+
     def invoke(self) -> None:
-        self.session.run(None, self._feed)
+        self._run(self._feed)
 
     def runner(self) -> OrtSession:
         return self
@@ -121,8 +151,7 @@ class OrtSession:
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """One sample at a time (models with a fixed batch of 1 take nothing else)."""
         count = len(next(iter(feeds.values())))
-        outputs = [self.session.run(None, {k: v[i:i + 1] for k, v in feeds.items()})
-                   for i in range(count)]
+        outputs = [self._run({k: v[i:i + 1] for k, v in feeds.items()}) for i in range(count)]
         return [np.concatenate(o).astype(np.float32, copy=False) for o in zip(*outputs)]
 
 
