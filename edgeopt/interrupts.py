@@ -5,7 +5,8 @@ it through: a pybind11 module whose import it interrupts re-raises it as `Import
 initialization failed`, a C function that sees it pending fails with SystemError, a wrapper
 turns either into its own error, and one raised in a `__del__` is printed and dropped. So
 the handler also records the signal: the CLI then reports the interrupt whatever error (or
-success) comes out, and the next progress step raises it again if it was dropped.
+success) comes out; one dropped in a `__del__` is delivered again, and the next progress
+step raises it if a library caught it.
 
     >>> with watch_interrupts():
     ...     run_the_command()
@@ -15,7 +16,9 @@ success) comes out, and the next progress step raises it again if it was dropped
 
 from __future__ import annotations
 
+import _thread
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,10 +39,25 @@ def watch_interrupts() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, _on_sigint)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _unraisable_hook(previous_hook)
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+def _unraisable_hook(previous):
+    """A KeyboardInterrupt raised in a `__del__` or a weakref callback cannot propagate:
+    instead of the "Exception ignored" traceback, deliver the interrupt again, to land in
+    code that can raise it."""
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _thread.interrupt_main()
+            return
+        previous(unraisable)
+    return hook
 
 
 def interrupted(exc: BaseException | None = None) -> bool:
