@@ -123,7 +123,7 @@ def read_toml(path: str | os.PathLike, what: str, error: type[EdgeoptError],
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise error(f"{what} {path} is not valid TOML: {exc}") from None
+        raise error(f"cannot read {what} {path}: not valid TOML ({exc})") from None
     except RecursionError:
         raise error(f"{what} {path} nests arrays or tables deeper than TOML parsing "
                     f"allows (edgeopt reads at most {MAX_TOML_DEPTH} levels)") from None
