@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 import zlib
@@ -59,6 +60,7 @@ class Case:
     env: dict = field(default_factory=dict)
     marker: str | None = None        # file whose existence proves the input's code ran
     interrupt_after_first_line: bool = False
+    during: Callable[[Path, threading.Event], None] | None = None  # races the command
 
 
 @dataclass
@@ -123,7 +125,8 @@ def _classify(code: int | None, err: str, expect_ok: bool, timed_out: bool) -> t
     if code is not None and code < 0:
         return "mishandled", f"killed by {signal.Signals(-code).name}"
     if "Traceback" in err:
-        return "mishandled", "traceback on stderr"
+        tail = " | ".join(ln.strip() for ln in err.splitlines()[-3:])
+        return "mishandled", f"traceback on stderr: {tail[:200]}"
     if expect_ok:
         return ("handled", "accepted") if code == 0 else ("mishandled", f"exit {code}: "
                                                                        f"{lines[-1:]}")
@@ -141,6 +144,8 @@ def run_case(case: Case) -> Outcome:
         folder.mkdir()
         outside.mkdir()
         args = case.make(folder)
+        if case.marker:  # building the input may run it (tracing a tf.function): not edgeopt
+            (root / case.marker).unlink(missing_ok=True)
         before = _plant_canaries(folder)
         env = {**subprocess_env(), "TMPDIR": str(folder), **case.env}
         start = time.monotonic()
@@ -148,7 +153,9 @@ def run_case(case: Case) -> Outcome:
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True, errors="replace",
                                    preexec_fn=_limits)
-        first = ""
+        first, done = "", threading.Event()
+        if case.during:
+            threading.Thread(target=case.during, args=(folder, done), daemon=True).start()
         if case.interrupt_after_first_line:
             first = process.stderr.readline()
             time.sleep(0.8)
@@ -160,11 +167,14 @@ def run_case(case: Case) -> Outcome:
             os.killpg(process.pid, signal.SIGKILL)
             _, err = process.communicate()
             timed_out = True
+        done.set()
         seconds = time.monotonic() - start
         verdict, detail = _classify(process.returncode, first + err, case.expect_ok, timed_out)
         code_ran = bool(case.marker) and (root / case.marker).exists()
-        return Outcome(case.cls, case.name, verdict, detail, _lost(folder, before, outside),
-                       code_ran, round(seconds, 1))
+        lost = _lost(folder, before, outside)
+        if code_ran or lost:  # a clean error line does not make up for either
+            verdict = "mishandled"
+        return Outcome(case.cls, case.name, verdict, detail, lost, code_ran, round(seconds, 1))
 
 
 # --- inputs ---------------------------------------------------------------------------
@@ -279,7 +289,7 @@ def _sparse(folder: Path, name: str, size: int) -> Path:
 
 
 def _delegate_library(folder: Path) -> Path:
-    """A shared library whose constructor writes ../outside/../delegate_ran (needs cc)."""
+    """A shared library whose constructor writes delegate_ran next to the case folder."""
     source = folder / "d.c"
     source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void run(void)'
                       ' { FILE *f = fopen("../delegate_ran", "w"); if (f) fclose(f); }\n')
@@ -304,6 +314,35 @@ def _savedmodel_writer(folder: Path) -> Path:
     return out
 
 
+_TFLITE: list[Path] = []
+
+
+def _sample_tflite() -> Path:
+    """The sample's float .tflite, converted once per campaign."""
+    if not _TFLITE:
+        folder = Path(tempfile.mkdtemp(prefix="edgeopt-hostile-seed-"))
+        subprocess.run([*edgeopt_command(), "convert", str(ONNX), "-o",
+                        str(folder / "digits.tflite")], check=True, capture_output=True,
+                       env=subprocess_env())
+        _TFLITE.append(folder / "digits.tflite")
+    return _TFLITE[0]
+
+
+def _swap_symlink(folder: Path, done: threading.Event) -> None:
+    """TOCTOU: between edgeopt's check of -o and its rename, make -o a symlink out."""
+    target = folder / "race.tflite"
+    while not done.is_set():
+        try:
+            target.unlink(missing_ok=True)
+            target.symlink_to(folder.parent / "outside" / "raced.tflite")
+            time.sleep(0.002)
+            target.unlink(missing_ok=True)
+            target.write_bytes(b"placeholder")
+        except OSError:
+            pass
+        time.sleep(0.002)
+
+
 def _symlinked_output(folder: Path) -> list[str]:
     (folder / "out.tflite").symlink_to(folder.parent / "outside" / "stolen.tflite")
     return ["convert", str(ONNX), "-o", "out.tflite"]
@@ -322,17 +361,19 @@ def _cases() -> list[Case]:
                                                             str(_null_device(f))]),
         Case("outputs", "-o a FIFO", lambda f: ["convert", o, "-o", str(_fifo(f, "out.pipe"))]),
         Case("outputs", "-o a symlink out of the folder", _symlinked_output),
+        Case("outputs", "-o swapped for a symlink during the run (TOCTOU)", lambda f: [
+            "convert", o, "-o", "race.tflite"], during=_swap_symlink),
         Case("outputs", "-o 300-character name", lambda f: ["convert", o, "-o", "x" * 300]),
         Case("source", "estimate of an opset-1-style source keeps its sha256",
              lambda f: ["estimate", "source.onnx", "--device", "host-cpu"], expect_ok=True),
         # -- code execution (h2, h5) --
         Case("code", "./edgeopt.toml names a delegate library", lambda f: (
             _write(f, "edgeopt.toml", f'[bench]\ndelegate = "{_delegate_library(f)}"\n'),
-            ["bench", o, "--runs", "2"])[-1], marker="delegate_ran"),
+            ["bench", str(_sample_tflite()), "--runs", "2"])[-1], marker="delegate_ran"),
         Case("code", "./edgeopt.toml ssh ProxyCommand", lambda f: (
             _write(f, "edgeopt.toml", '[bench]\nssh = ["user@board"]\nssh-option = '
                    f'["ProxyCommand=touch {f.parent / "proxy_ran"}"]\n'),
-            ["bench", o, "--runs", "2"])[-1], marker="proxy_ran"),
+            ["bench", str(_sample_tflite()), "--runs", "2"])[-1], marker="proxy_ran"),
         Case("code", "SavedModel that calls tf.io.write_file", lambda f: [
             "convert", str(_savedmodel_writer(f)), "-o", "x.tflite"], marker="graph_ran"),
         # -- 7: shapes --
