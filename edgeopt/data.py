@@ -164,12 +164,12 @@ def _check_npy_header(f, size: int, label: str) -> None:
     shape, _, dtype = read_header(f, max_header_size=10_000)
     if dtype.hasobject:
         return  # refused by np.load(allow_pickle=False) with its own message
-    check_sample_count(shape, label)
     declared = math.prod(shape) * dtype.itemsize
     present = size - f.tell()
     if declared > present:
         raise DataError(f"{label}: header declares shape {shape} of {dtype} ({declared:,} "
                         f"bytes) but only {present:,} bytes follow; the file is corrupt")
+    check_sample_count(shape, label)
 
 
 def _single_input(inputs, path: Path) -> TensorSpec:
