@@ -22,7 +22,6 @@ layers. For each layer the first matching rule wins. Named recipes ship in
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from edgeopt.calibration.config import BLOCK_SIZES, Precision, Scheme, WeightMet
 from edgeopt.calibration.estimators import METHODS
 from edgeopt.calibration.graphspec import LayerKind
 from edgeopt.errors import ConfigError
+from edgeopt.inputs import CAPS, read_toml
 
 RECIPE_DIR = Path(__file__).parent / "recipes"
 _RULE_KEYS = {"match", "kind", "precision", "block_size", "weight_method"}
@@ -73,10 +73,7 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     if not path.is_file():
         raise ConfigError(f"recipe '{name_or_path}' not found: give a .toml file or one of "
                           f"{', '.join(builtin_recipes())}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"recipe {path}: not valid TOML ({exc})") from exc
+    data = read_toml(path, "recipe", ConfigError, CAPS["recipe"])
     return parse_recipe(data, str(path))
 
 

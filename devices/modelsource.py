@@ -58,7 +58,8 @@ def load_estimate_model(path: str | Path, device_precision: str,
     device's for other formats; int8 = always as full int8; model = as the file is."""
     path = Path(path)
     if path.suffix == ".tflite":
-        tflite = path.read_bytes() if path.is_file() else None
+        load_model(path)  # the checks inspect makes: a corrupt file is refused, not estimated
+        tflite = path.read_bytes()
         graph = read_tflite(path)
     else:
         tflite = _convert(path)

@@ -15,7 +15,6 @@ profiles``, where `edgeopt devices calibrate` writes) takes precedence over the 
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import get_origin, get_type_hints
 from edgeopt.devices.figures import TableReader
 from edgeopt.devices.hardware import Hardware, parse_hardware
 from edgeopt.errors import DeviceError
+from edgeopt.inputs import CAPS, read_toml
 
 # Version 2 added the hardware tables (units, memory, links, power).
 SCHEMA_VERSION = 2
@@ -137,12 +137,7 @@ def _check_delegate_name(path: Path, delegate: str) -> None:
 
 def parse_profile(path: Path) -> DeviceProfile:
     """Read and validate one profile file; a bad file names the file and the field."""
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeviceError(f"cannot read device profile {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise DeviceError(f"device profile {path} is not valid TOML: {exc}") from exc
+    raw = read_toml(path, "device profile", DeviceError, CAPS["profile"])
     version = raw.get("schema_version")
     if version != SCHEMA_VERSION:
         raise _fail(path, "schema_version", f"must be {SCHEMA_VERSION}, got {version!r} "

@@ -32,6 +32,7 @@ from edgeopt.converters.onnx_to_tf import fixed_shapes, static_onnx
 from edgeopt.converters.tf_source import from_keras, run_converter
 from edgeopt.data import DataSpec, load_data
 from edgeopt.errors import ConfigError, DataError
+from edgeopt.inputs import CAPS, read_toml
 from edgeopt.model import load_keras, load_model, with_input_shapes
 from edgeopt.validate import compare
 
@@ -153,14 +154,8 @@ def _static_onnx(handle, workdir: Path) -> Path:
 def read_prune_recipe(path: str) -> dict[str, float]:
     """A recipe file: ``[prune]`` maps layer-name regexes to the share of channels removed."""
     import re
-    import tomllib
 
-    try:
-        table = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"prune recipe not found: {path}") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"prune recipe {path} is not readable TOML: {exc}") from None
+    table = read_toml(path, "prune recipe", ConfigError, CAPS["recipe"])
     rules = table.get("prune")
     if not isinstance(rules, dict) or not rules:
         raise ConfigError(f"prune recipe {path} needs a [prune] table of "

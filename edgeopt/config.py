@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import sys
-import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -37,13 +34,12 @@ from edgeopt.compress import CompressSettings
 from edgeopt.data import HOLDOUT_SHARE
 from edgeopt.devices.profile import profile_names
 from edgeopt.errors import ConfigError
+from edgeopt.inputs import CAPS, read_toml
 
 CONFIG_NAME = "edgeopt.toml"
 DEFAULT_DEVICE = "host-cpu"
 ALL_DEVICES = "all"
 DEFAULT = "default"
-MAX_CONFIG_BYTES = 1 << 20  # a config file is a few lines; /dev/zero is not one
-MAX_RECURSION = 2000  # Python's default is 1000; some libraries raise it far higher
 PATH_FIELDS = ("model", "output", "calib", "eval", "prune_recipe", "labels")
 # Values that are a name or a path: treated as a path when they look like one.
 NAME_OR_PATH_FIELDS = ("device", "recipe")
@@ -218,39 +214,11 @@ def find_config_file(explicit: str | None = None) -> Path | None:
 def load_config_file(path: str | os.PathLike) -> ConfigFile:
     """Read a config file; keys outside any table belong to `build`."""
     file = Path(path)
-    try:
-        raw = _parse(_read_text(file))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file not found: {file}") from exc
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
-        detail = "nested too deep" if isinstance(exc, RecursionError) else exc
-        raise ConfigError(f"cannot read config file {file}: {detail}") from exc
+    raw = read_toml(file, "config file", ConfigError, CAPS["config"])
     build = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
     build.update(tables.pop("build", {}))
     return ConfigFile(file, build, tables)
-
-
-def _parse(text: str) -> dict:
-    """tomllib recurses per nesting level: with the limit some libraries raise, 50,000
-    nested arrays would exhaust the C stack, so parse under the usual limit."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(min(limit, MAX_RECURSION))
-    try:
-        return tomllib.loads(text)
-    finally:
-        sys.setrecursionlimit(limit)
-
-
-def _read_text(file: Path) -> str:
-    """A regular file of at most MAX_CONFIG_BYTES (not a device, a FIFO or a folder)."""
-    with open(file, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ConfigError(f"config file {file} is not a regular file")
-        data = handle.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {file} is larger than {MAX_CONFIG_BYTES >> 10} KiB")
-    return data.decode("utf-8")
 
 
 def with_scheme(config: BuildConfig, scheme: str) -> BuildConfig:

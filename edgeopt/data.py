@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.data_limits import check_npz_members, check_sample_count
 from edgeopt.errors import DataError, first_line
 from edgeopt.graph import MAX_TENSOR_BYTES
 from edgeopt.images import (
@@ -36,6 +37,7 @@ from edgeopt.images import (
     load_image_folder,
 )
 from edgeopt.images import shape_text as _shape_text
+from edgeopt.inputs import CAPS, read_bytes
 from edgeopt.model import TensorSpec
 
 __all__ = ["HOLDOUT_SHARE", "DataSpec", "Dataset", "Preprocessing", "class_names",
@@ -194,8 +196,7 @@ _READ_ERRORS = (ValueError, OSError, EOFError, KeyError, NotImplementedError, Me
 
 
 def _np_load(path: Path):
-    with path.open("rb") as f:
-        magic = f.read(6)
+    magic = read_bytes(path, "data file", DataError, CAPS["numpy"], limit=6)
     if not (magic.startswith(b"PK\x03\x04") or magic == b"\x93NUMPY"):
         raise DataError(f"{path} is not a readable NumPy file (.npy or .npz)")
     try:
@@ -220,6 +221,7 @@ def _check_declared_sizes(path: Path, zipped: bool) -> None:
             _check_npy_header(f, path.stat().st_size, str(path))
         return
     with zipfile.ZipFile(path) as archive:
+        check_npz_members(archive.infolist(), str(path))
         for info in archive.infolist():
             if info.filename.endswith(".npy"):
                 with archive.open(info) as f:
@@ -242,6 +244,7 @@ def _check_npy_header(f, size: int, label: str) -> None:
     if declared > present:
         raise DataError(f"{label}: header declares shape {shape} of {dtype} ({declared:,} "
                         f"bytes) but only {present:,} bytes follow; the file is corrupt")
+    check_sample_count(shape, label)
 
 
 def _single_input(inputs, path: Path) -> TensorSpec:

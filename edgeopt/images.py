@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.data_limits import bounded_images, check_sample_count
 from edgeopt.errors import DataError
+from edgeopt.inputs import CAPS, check_regular
 from edgeopt.model import TensorSpec
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -132,10 +134,9 @@ def _has_colour(img) -> bool:
 def _read_image(path: Path, h: int, w: int, channels: int) -> tuple[np.ndarray, _ImageFit]:
     from PIL import Image, UnidentifiedImageError
 
-    if not path.is_file():  # a FIFO named x.png would block the build forever
-        raise DataError(f"image {path} is not a regular file (a FIFO, device or broken link)")
+    check_regular(path, "image", DataError, CAPS["image"])  # a FIFO named x.png would block
     try:
-        with Image.open(path) as img:
+        with bounded_images(str(path)), Image.open(path) as img:
             size = (img.width, img.height)
             colour = _has_colour(img)
             gray = img.mode in GRAY_MODES
@@ -183,6 +184,7 @@ def load_image_folder(folder: Path, spec: TensorSpec, prep: Preprocessing):
     files, labels = _image_files(folder)
     if not files:
         raise DataError(f"{folder} holds no .jpg or .png images")
+    check_sample_count((len(files),), str(folder))
     for name, values in (("mean", prep.mean), ("std", prep.std)):
         if len(values) not in (1, ch):
             raise DataError(f"--{name} has {len(values)} values; input '{spec.name}' has "

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.errors import ModelLoadError, first_line
+from edgeopt.inputs import CAPS, check_regular, looks_like_protobuf, read_bytes
+from edgeopt.onnx_functions import check_function_expansion
+from edgeopt.shape_bounds import check_shape, check_signature
 
 FORMATS = ("onnx", "keras", "saved_model", "tflite")
 
@@ -89,6 +92,7 @@ def with_input_shapes(handle: ModelHandle, overrides: tuple[str, ...]) -> ModelH
         if clash:
             raise ModelLoadError(f"--input-shape {text} does not fit input '{name}' of shape "
                                  f"{list(spec.shape)} (-1 marks the dimensions you may set)")
+        check_shape(name, shape, spec.dtype, f"--input-shape {text}")
         fixed[name] = TensorSpec(spec.name, shape, spec.dtype, spec.quantization)
     return ModelHandle(handle.path, handle.format, tuple(fixed[s.name] for s in handle.inputs),
                        handle.outputs)
@@ -108,11 +112,7 @@ def detect_format(path: Path) -> str:
         if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
             return "saved_model"
         raise ModelLoadError(f"{path} is a folder but not a SavedModel (no saved_model.pb)")
-    try:
-        with path.open("rb") as f:
-            head = f.read(8)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc.strerror}") from exc
+    head = read_bytes(path, "model", ModelLoadError, CAPS["keras"], limit=8)
     if len(head) < 8:
         raise ModelLoadError(f"{path} is empty or truncated ({len(head)} bytes)")
     if head[4:8] == b"TFL3":
@@ -122,6 +122,9 @@ def detect_format(path: Path) -> str:
     if head.startswith(b"\x89HDF"):
         raise ModelLoadError(
             f"{path} is a legacy HDF5 Keras file; re-save it as .keras (model.save('m.keras'))")
+    if not looks_like_protobuf(head):
+        raise ModelLoadError(f"{path} is not a model edgeopt can read (not TFLite, Keras, "
+                             "SavedModel, and it does not start as an ONNX protobuf does)")
     return "onnx"
 
 
@@ -129,11 +132,14 @@ def load_model(path: str | os.PathLike) -> ModelHandle:
     """Detect the format, check the file is sound and safe, and read its signature."""
     path = Path(path)
     fmt = detect_format(path)
+    if fmt != "saved_model":  # the format's own cap, now that it is known
+        check_regular(path, f"{fmt} model", ModelLoadError, CAPS[fmt])
     reader = {"onnx": _onnx_signature, "tflite": _tflite_signature,
               "keras": _keras_signature, "saved_model": _saved_model_signature}[fmt]
     inputs, outputs = reader(path)
     if not inputs or not outputs:
         raise ModelLoadError(f"{path}: the model declares no inputs or no outputs")
+    check_signature([*inputs, *outputs], str(path))
     return ModelHandle(path=path, format=fmt, inputs=tuple(inputs), outputs=tuple(outputs))
 
 
@@ -149,6 +155,9 @@ def check_external_data(model, folder: Path) -> None:
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
+        if "\0" in location:  # os calls refuse it with a ValueError, not an OSError
+            raise ModelLoadError(f"tensor '{tensor.name}': external data location "
+                                 f"{location!r} holds a NUL byte; the file is corrupt")
         target = (folder / location).resolve()
         if os.path.isabs(location) or not target.is_relative_to(root) or target == root:
             raise ModelLoadError(
@@ -157,6 +166,22 @@ def check_external_data(model, folder: Path) -> None:
         if not target.is_file():
             raise ModelLoadError(f"tensor '{tensor.name}': external data file '{location}' "
                                  "is missing")
+        check_external_range(tensor.name, location, info, target)
+
+
+def check_external_range(name: str, location: str, info: dict, target: Path) -> None:
+    """The offset and length a tensor declares must lie inside its external-data file."""
+    size = check_regular(target, "external data file", ModelLoadError, CAPS["external_data"])
+    try:
+        offset = int(info.get("offset") or 0)
+        length = int(info["length"]) if info.get("length") else size - offset
+    except ValueError:
+        raise ModelLoadError(f"tensor '{name}': external data offset/length "
+                             f"{info.get('offset')!r}/{info.get('length')!r} are not "
+                             "numbers") from None
+    if offset < 0 or length < 0 or offset + length > size:
+        raise ModelLoadError(f"tensor '{name}' declares bytes {offset:,}..{offset + length:,} "
+                             f"of '{location}', which holds {size:,}; the model is corrupt")
 
 
 def load_onnx_proto(path: Path, with_data: bool = True):
@@ -174,6 +199,7 @@ def load_onnx_proto(path: Path, with_data: bool = True):
     if not model.graph.node or not model.opset_import or model.ir_version <= 0:
         raise ModelLoadError(f"{path} is not a model edgeopt can read (not TFLite, Keras, "
                              "SavedModel, and not a complete ONNX graph)")
+    check_function_expansion(model, str(path))
     check_external_data(model, path.parent)
     try:
         onnx.checker.check_model(str(path))

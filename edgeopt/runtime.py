@@ -10,13 +10,13 @@ zero point, so outputs of a float and an int8 model compare directly.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from edgeopt.deadline import run_deadline
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import ModelHandle
 
@@ -92,17 +92,6 @@ class TFLiteRunner:
                 raise ConversionError(f"LiteRT failed to run the model: {exc}") from exc
             per_sample.append([self._get_output(d) for d in self.output_details])
         return [np.concatenate(outs) for outs in zip(*per_sample)]
-
-
-DEFAULT_RUN_DEADLINE_S = 300.0
-
-
-def run_deadline() -> float:
-    """Seconds one onnxruntime run may take (EDGEOPT_RUN_DEADLINE_S overrides the default)."""
-    try:
-        return float(os.environ.get("EDGEOPT_RUN_DEADLINE_S", DEFAULT_RUN_DEADLINE_S))
-    except ValueError:
-        return DEFAULT_RUN_DEADLINE_S
 
 
 def ort_run(session, feeds: dict, outputs: list[str] | None = None) -> list:

@@ -22,6 +22,9 @@ import threading
 import time
 from typing import TextIO
 
+from edgeopt.display import printable
+from edgeopt.interrupts import raise_if_interrupted
+
 _COUNT = re.compile(r"^(?P<detail>.*?)\s*\((?P<done>\d+)/(?P<total>\d+)\)\s*$")
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34",
           "cyan": "36"}
@@ -96,6 +99,8 @@ class StepProgress:
     # -- the stages' side ----------------------------------------------------------------
 
     def __call__(self, message: str) -> None:
+        raise_if_interrupted()  # a step boundary: a Ctrl-C a library swallowed stops here
+        message = printable(message)
         if self.quiet:
             return
         counted = _COUNT.match(message)

@@ -31,6 +31,7 @@ import numpy as np
 
 from edgeopt.errors import DataError
 from edgeopt.images import class_names
+from edgeopt.inputs import CAPS, read_text
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -468,12 +469,7 @@ def labels_text(labels: tuple[str, ...]) -> bytes:
 def read_labels(path: str | Path) -> tuple[str, ...]:
     """Class names from a text file, one per line (trailing blank lines ignored)."""
     file = Path(path)
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as exc:
-        raise DataError(f"label file not found: {path}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read label file {path}: {exc}") from exc
+    lines = read_text(file, "label file", DataError, CAPS["labels"]).splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
     if not lines:

@@ -148,7 +148,7 @@ def test_bad_prune_recipe(run_cli, tmp_path):
     for text, fragment in [("[prune]\n'conv.*' = 1.5\n", "ratios are numbers in [0, 1)"),
                            ("[other]\n", "needs a [prune] table"),
                            ("[prune]\n'(' = 0.5\n", "not a regex"),
-                           ("not toml [", "not readable TOML")]:
+                           ("not toml [", "not valid TOML")]:
         recipe.write_text(text)
         assert_user_error(run_cli("compress", KERAS, "--recipe", recipe, "-o",
                                   tmp_path / "o.keras"), fragment)

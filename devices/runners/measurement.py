@@ -22,6 +22,7 @@ from pathlib import Path
 from edgeopt.atomic import append_text
 from edgeopt.devices.runners.stats import Latency
 from edgeopt.errors import ConfigError
+from edgeopt.inputs import CAPS, read_text
 
 SCHEMA_VERSION = 1
 RECORD_KIND = "edgeopt.bench"
@@ -134,10 +135,7 @@ def append_record(path: Path, measurement: Measurement) -> None:
 def read_records(path: Path) -> list[dict]:
     """Every bench record in a JSON-lines file; a bad line names the file and line."""
     records = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read measurements {path}: {exc.strerror or exc}") from exc
+    lines = read_text(path, "measurements file", ConfigError, CAPS["records"]).splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -145,7 +143,10 @@ def read_records(path: Path) -> list[dict]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-        if record.get("kind") != RECORD_KIND or record.get("schema_version") != SCHEMA_VERSION:
+        except RecursionError:
+            raise ConfigError(f"{path}:{number}: JSON nested too deeply to be a record") from None
+        if not isinstance(record, dict) or record.get("kind") != RECORD_KIND \
+                or record.get("schema_version") != SCHEMA_VERSION:
             raise ConfigError(f"{path}:{number}: not an edgeopt bench record of schema "
                               f"version {SCHEMA_VERSION}")
         records.append(record)

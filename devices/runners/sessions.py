@@ -16,8 +16,9 @@ from typing import Protocol
 
 import numpy as np
 
+from edgeopt.deadline import ENV_NAME, RunWatchdog, exit_now
 from edgeopt.devices.runners.delegates import HostDelegate
-from edgeopt.errors import DeviceError, EdgeoptError, ModelLoadError, first_line
+from edgeopt.errors import ConversionError, DeviceError, EdgeoptError, ModelLoadError, first_line
 from edgeopt.model import ModelHandle, TensorSpec
 from edgeopt.runtime import ModelRunner, TFLiteRunner, ort_run_batches
 
@@ -100,13 +101,24 @@ class LiteRTSession:
                                  f"{first_line(exc)}") from exc
         self.label = f"LiteRT {_version('ai-edge-litert')}, {delegate.label}"
         self._indices = [d["index"] for d in self.interpreter.get_input_details()]
+        self._watchdog = RunWatchdog(self._give_up)
+
+    def _give_up(self) -> None:
+        """LiteRT offers no way to stop an invoke from another thread: say why, and end the
+        process (bench writes nothing before its runs finish)."""
+        exit_now(f"LiteRT ran one invoke for more than {self._watchdog.deadline:g} s "
+                 f"({ENV_NAME}): the model does not finish (a WHILE that never ends?)")
 
     def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
         for index, value in zip(self._indices, feed.values()):
             self.interpreter.set_tensor(index, value)
 
     def invoke(self) -> None:
-        self.interpreter.invoke()
+        self._watchdog.arm()
+        try:
+            self.interpreter.invoke()
+        finally:
+            self._watchdog.disarm()
 
     def runner(self) -> TFLiteRunner:
         return _InterpreterRunner(self.interpreter)
@@ -131,12 +143,30 @@ class OrtSession:
         self.label = f"onnxruntime {_version('onnxruntime')} CPU ({level})"
         self.input_names = [i.name for i in self.session.get_inputs()]
         self._feed: dict[str, np.ndarray] = {}
+        self._options = ort.RunOptions()
+        self._options.log_severity_level = 4
+        # onnxruntime checks `terminate` between nodes and loop iterations
+        self._watchdog = RunWatchdog(lambda: setattr(self._options, "terminate", True))
 
     def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
         self._feed = feed
 
+    def _run(self, feed: dict[str, np.ndarray]) -> list:
+        self._watchdog.arm()
+        try:
+            return self.session.run(None, feed, self._options)
+        except Exception as exc:  # onnxruntime raises its own Fail type when terminated
+            if self._watchdog.expired:
+                raise ConversionError(f"onnxruntime stopped the model after "
+                                      f"{self._watchdog.deadline:g} s on one run "
+                                      f"({ENV_NAME}): it does not finish (a Loop that never "
+                                      "ends?)") from exc
+            raise
+        finally:
+            self._watchdog.disarm()
+
     def invoke(self) -> None:
-        self.session.run(None, self._feed)
+        self._run(self._feed)
 
     def runner(self) -> OrtSession:
         return self

@@ -21,6 +21,7 @@ from edgeopt.cli.estimate import command as estimate
 from edgeopt.cli.inspect import command as inspect
 from edgeopt.cli.quantize import command as quantize
 from edgeopt.cli.shared import EdgeoptGroup
+from edgeopt.deadline import run_deadline
 
 
 @click.group(cls=EdgeoptGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,6 +41,7 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
     Flags win over ./edgeopt.toml (or --config FILE), which wins over the defaults;
     `edgeopt build --dry-run` shows where each value came from.
     """
+    run_deadline()  # a bad EDGEOPT_RUN_DEADLINE_S is an error before any work, not midway
     install(ctx, config_file)
 
 

@@ -22,7 +22,9 @@ from click.shell_completion import CompletionItem
 
 from edgeopt.bundle import disk_full_message
 from edgeopt.devices.profile import profile_names
+from edgeopt.display import printable
 from edgeopt.errors import EdgeoptError
+from edgeopt.interrupts import interrupted, watch_interrupts
 from edgeopt.tempfiles import private_tempdir
 from edgeopt.terminal import StepProgress
 
@@ -35,7 +37,7 @@ def _debug_requested(args: list[str]) -> bool:
 
 
 def _fail(message: str, code: int) -> int:
-    click.echo(f"edgeopt: error: {message}", err=True)
+    click.echo(f"edgeopt: error: {printable(message)}", err=True)
     return code
 
 
@@ -58,7 +60,7 @@ class EdgeoptGroup(click.Group):
     def _run(self, args: list[str], prog_name: str, **extra) -> int:
         debug = _debug_requested(args)
         try:
-            with private_tempdir():  # killed runs leave nothing a later run cannot sweep
+            with watch_interrupts(), private_tempdir():  # killed runs leave nothing behind
                 result = super().main(args=args, prog_name=prog_name, standalone_mode=False,
                                       **extra)
         except click.exceptions.Exit as exc:
@@ -68,18 +70,24 @@ class EdgeoptGroup(click.Group):
         except click.ClickException as exc:
             return _fail(exc.format_message().replace("\n", " "), 2)
         except EdgeoptError as exc:
+            if interrupted(exc):  # a library turned Ctrl-C into its own error
+                return _fail("interrupted", 130)
             if debug:
                 traceback.print_exc()
             return _fail(disk_full_message(exc) or str(exc).replace("\n", " "), exc.exit_code)
         except KeyboardInterrupt:
             return _fail("interrupted", 130)
         except Exception as exc:  # a bug: say so on one line; --debug shows where
+            if interrupted(exc):  # ImportError "initialization failed", SystemError, ...
+                return _fail("interrupted", 130)
             if debug:
                 traceback.print_exc()
             if full := disk_full_message(exc):  # a full disk is the machine's state, not a bug
                 return _fail(full, 2)
             return _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug "
                          "and report it)".replace("\n", " "), 1)
+        if interrupted():  # a library dropped the KeyboardInterrupt and the command went on
+            return _fail("interrupted", 130)
         return result if isinstance(result, int) else 0
 
 
