@@ -27,6 +27,7 @@ from pathlib import Path
 from edgeopt.errors import ModelLoadError
 
 HERE = Path(__file__).resolve().parent
+SHOWN = 4  # other refused op kinds named after the first
 LIBRARY = {"tensorflow": "TensorFlow", "onnx": "ONNX", "tflite": "TFLite"}
 
 
@@ -62,6 +63,8 @@ def check_ops(kind: str, ops: Mapping[str, str], label: str) -> None:
     if not refused:
         return
     op = refused[0]
-    more = f" ({len(refused) - 1} more op kinds refused)" if len(refused) > 1 else ""
+    shown = ", ".join(refused[1:1 + SHOWN])
+    more = f" and {len(refused) - 1 - SHOWN} more" if len(refused) > 1 + SHOWN else ""
+    also = f" (also refused: {shown}{more})" if shown else ""
     raise ModelLoadError(f"{label}: refusing op {op} (in {ops[op]}): {_why(kind, op)}; "
-                         f"edgeopt never runs a graph that holds such an op{more}")
+                         f"edgeopt never runs a graph that holds such an op{also}")
