@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,18 +102,45 @@ def _perm_for(shape: tuple[int, ...]) -> tuple[int, ...] | None:
     return NCHW_TO_NHWC if len(shape) == 4 else None
 
 
-def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log) -> Path | None:
+def private_copy(path: Path, workdir: Path) -> Path:
+    """A copy of the ONNX file and its external-data files in a fresh folder of `workdir`.
+
+    Third-party tools get this copy, never the user's path: onnx2tf saves its
+    shape-inferred graph over the file it is given (an opset-1 model's sha256 changed
+    after `edgeopt estimate`). The external-data locations were confined to the model's
+    folder when it was loaded (model.check_external_data) and keep their relative paths.
+    """
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    model = onnx.load(str(path), load_external_data=False)
+    folder = Path(tempfile.mkdtemp(prefix="source-", dir=workdir))
+    locations = {entry.value for tensor in _get_all_tensors(model)
+                 if uses_external_data(tensor)
+                 for entry in tensor.external_data if entry.key == "location"}
+    for location in sorted(locations):
+        (folder / location).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path.parent / location, folder / location)
+    copy = folder / path.name
+    shutil.copyfile(path, copy)
+    return copy
+
+
+def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log,
+                source: Path | None = None) -> Path | None:
     """Fix the input shapes and propagate them with onnxslim, in-process.
 
     onnx2tf needs static shapes on every tensor; it would call the `onnxsim` program for
-    that, which may not exist. None when onnxslim cannot simplify this graph.
+    that, which may not exist. None when onnxslim cannot simplify this graph. onnxslim
+    reads `source`, a private copy of the model (made here when not given).
     """
     import onnx
     import onnxslim
 
+    source = source or private_copy(handle.path, workdir)
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            model = onnxslim.slim(str(handle.path), input_shapes=shapes)
+            model = onnxslim.slim(str(source), input_shapes=shapes)
     except Exception as exc:  # onnxslim raises anything from its graph passes
         log.write(f"onnxslim could not simplify the model: {exc}\n")
         return None
@@ -133,12 +162,13 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
     out = workdir / "saved_model"
     log = io.StringIO()
     shapes = fixed_shapes(handle)
-    static = static_onnx(handle, workdir, shapes, log)
+    private = private_copy(handle.path, workdir)
+    static = static_onnx(handle, workdir, shapes, log, private)
     try:
         with _offline_onnx2tf(samples_nhwc), contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
             onnx2tf.convert(
-                input_onnx_file_path=str(static or handle.path), output_folder_path=str(out),
+                input_onnx_file_path=str(static or private), output_folder_path=str(out),
                 overwrite_input_shape=None if static else shapes, output_signaturedefs=True,
                 copy_onnx_input_output_names_to_tflite=True, non_verbose=True,
                 not_use_onnxsim=True)

@@ -20,12 +20,14 @@ import tempfile
 from pathlib import Path
 
 from edgeopt.atomic import DISK_FULL, check_path_length, mount_point, replace_file, size_text
+from edgeopt.bundle_owner import MARKER, marker_bytes, ownership_problem, remove_owned
 from edgeopt.errors import DeviceError, EdgeoptError, OutputError, first_line
 from edgeopt.manifest import parse_manifest
 from edgeopt.tempfiles import pid_alive
 
 STAGING_MARK = ".edgeopt-staging-"
 BACKUP_SUFFIX = "-old"
+KEPT_MARK = ".edgeopt-kept-"
 MANIFEST = "manifest.json"
 # `.<name>.edgeopt-staging-<pid>-<8 chars>-old` beside the destination
 STAGING_RESERVE = len(STAGING_MARK) + 1 + 7 + 1 + 8 + len(BACKUP_SUFFIX)
@@ -34,13 +36,19 @@ _AT_FDCWD = -100
 
 
 def check_destination(output: Path) -> None:
-    """Fail early when `output` cannot take a bundle: a file, or a folder of other things."""
+    """Fail early when `output` cannot take a bundle: a file, a link, or a folder that is
+    not provably an edgeopt bundle (bundle_owner.py) and whose files would be lost."""
     check_path_length(output, reserve=STAGING_RESERVE)
-    if output.is_symlink() or (output.exists() and not output.is_dir()):
+    if output.is_symlink():
+        raise OutputError(f"output {output} is a symbolic link; give the folder itself "
+                          "(edgeopt replaces only folders it wrote)")
+    if output.exists() and not output.is_dir():
         raise OutputError(f"output {output} exists and is not a folder")
-    if output.is_dir() and any(output.iterdir()) and not (output / MANIFEST).is_file():
-        raise OutputError(f"output folder {output} is not empty and holds no edgeopt bundle; "
-                          "choose a new folder")
+    if output.is_dir() and any(output.iterdir()):
+        problem = ownership_problem(output)
+        if problem:
+            raise OutputError(f"output folder {output} {problem}; nothing was written "
+                              "(choose a new folder)")
     parent = output.absolute().parent
     if not parent.is_dir():
         raise OutputError(f"cannot create {output}: folder {parent} does not exist")
@@ -70,7 +78,26 @@ def remove_stale_staging(parent: Path) -> None:
                 continue
             except OSError:
                 pass
-        shutil.rmtree(entry, ignore_errors=True)
+        _discard(entry, destination)
+
+
+def _discard(folder: Path, output: Path) -> Path | None:
+    """Remove a staging folder. One holding a marker may hold the old bundle swapped out
+    of `output`: only the files its marker lists go, and if anything else is left the
+    folder is kept, renamed beside `output` (returned) so that no sweep deletes it."""
+    if not folder.exists():
+        return None
+    if not (folder / MARKER).is_file():  # a staging folder a build was still filling
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    if not remove_owned(folder):
+        return None
+    kept = output.absolute().parent / f"{output.name}{KEPT_MARK}{os.getpid()}"
+    try:
+        os.rename(folder, kept)
+    except OSError:
+        return folder
+    return kept
 
 
 def _fsync_path(path: Path) -> None:
@@ -103,6 +130,29 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def _changed_meanwhile(output: Path, problem: str, kept: Path | None) -> OutputError:
+    where = f"it was put back at {output}" if kept is None else f"it was kept at {kept}"
+    return OutputError(f"output folder {output} changed while the bundle was written: it now "
+                       f"{problem}; {where}, and no bundle was written")
+
+
+def _swap_in(staging: Path, output: Path) -> None:
+    """Exchange, then check what came out: a folder that changed after check_destination
+    (a file added, a bundle file edited) is swapped back, not deleted."""
+    problem = ownership_problem(staging)  # staging now holds the old folder
+    if problem is None:
+        leftover = _discard(staging, output)
+        if leftover is not None:
+            raise OutputError(f"the bundle was written to {output}, but files appeared in the "
+                              f"old one while it was replaced; they were kept at {leftover}")
+        return
+    if _exchange(staging, output):
+        _discard(staging, output)  # our new bundle, back in staging
+        raise _changed_meanwhile(output, problem, None)
+    kept = _discard(staging, output)
+    raise _changed_meanwhile(output, problem, kept)
+
+
 def _publish(staging: Path, output: Path) -> None:
     try:
         os.rename(staging, output)  # fails if another build published meanwhile
@@ -112,14 +162,18 @@ def _publish(staging: Path, output: Path) -> None:
             raise
     check_destination(output)
     if _exchange(staging, output):
-        shutil.rmtree(staging, ignore_errors=True)
+        _swap_in(staging, output)
         return
     # No exchange on this system: a kill between these two renames leaves the old bundle
     # in the backup, which remove_stale_staging puts back.
     backup = staging.with_name(staging.name + BACKUP_SUFFIX)
     os.rename(output, backup)
+    problem = ownership_problem(backup)
+    if problem is not None:
+        os.rename(backup, output)
+        raise _changed_meanwhile(output, problem, None)
     os.rename(staging, output)
-    shutil.rmtree(backup, ignore_errors=True)
+    _discard(backup, output)
 
 
 def _free(output: Path) -> str:
@@ -162,7 +216,7 @@ def write_bundle(output: Path, files: dict[str, bytes]) -> Path:
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{output.name}{STAGING_MARK}{os.getpid()}-",
                                         dir=parent))
-        _stage(staging, files)
+        _stage(staging, {**files, MARKER: marker_bytes(files)})
         os.chmod(staging, 0o755)
         _fsync_tree(staging)
         _publish(staging, output)
@@ -170,8 +224,8 @@ def write_bundle(output: Path, files: dict[str, bytes]) -> Path:
     except OSError as exc:
         raise _write_error(exc, output, getattr(exc, "bundle_file", None), needed) from exc
     finally:
-        if staging is not None and staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            _discard(staging, output)
     return output
 
 

@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import tomllib
+from contextlib import contextmanager
 
 from edgeopt.errors import EdgeoptError
 
@@ -118,23 +119,32 @@ def read_text(path: str | os.PathLike, what: str, error: type[EdgeoptError], cap
                     f"0x{data[exc.start]:02x})") from None
 
 
+@contextmanager
+def bounded_recursion():
+    """Parse nested text (TOML, JSON) under Python's usual recursion limit: the parsers
+    recurse per nesting level, and under the far higher limit some libraries set (TensorFlow's
+    importers do) 50,000 nested arrays exhaust the C stack and kill the process."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(limit, MAX_PARSE_RECURSION))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def read_toml(path: str | os.PathLike, what: str, error: type[EdgeoptError],
               cap: int | None = None) -> dict:
     """A TOML file, at most `MAX_TOML_DEPTH` tables or arrays deep."""
     text = read_text(path, what, error, cap or CAPS["config"])
-    # tomllib recurses per nesting level: under the limit some libraries raise (TensorFlow's
-    # importers do), 50,000 nested arrays would exhaust the C stack, so parse under the usual
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(min(limit, MAX_PARSE_RECURSION))
     try:
-        table = tomllib.loads(text)
+        with bounded_recursion():
+            table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error(f"cannot read {what} {path}: not valid TOML ({exc})") from None
     except RecursionError:
         raise error(f"cannot read {what} {path}: it nests arrays or tables deeper than TOML "
                     f"parsing allows (edgeopt reads at most {MAX_TOML_DEPTH} levels)") from None
-    finally:
-        sys.setrecursionlimit(limit)
+
     if _depth(table) > MAX_TOML_DEPTH:
         raise error(f"{what} {path} nests arrays or tables more than {MAX_TOML_DEPTH} "
                     "levels deep; no edgeopt setting needs that")

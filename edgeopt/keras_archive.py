@@ -8,8 +8,9 @@ temporary folder when it holds assets, and reads members into memory, so an arch
 elsewhere could name a path outside that folder (`../x`, `/etc/x`), carry a symlink, or
 declare gigabytes that a few kilobytes of deflate expand into. Such archives are refused
 here, from the zip's directory alone, before any member is decompressed; then the members'
-CRCs are checked, and `config.json` is searched for Lambda layers (Python code), which safe
-mode refuses too, but without saying which layer.
+CRCs are checked, and every object `config.json` declares must be a Keras built-in that
+runs no outside code (CODE_LAYERS: Lambda, TFSMLayer...; no custom or registered class):
+safe mode refuses Lambda too, but without saying which layer.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import zlib
 from pathlib import Path
 
 from edgeopt.errors import ModelLoadError
+from edgeopt.inputs import bounded_recursion
 
 KERAS_FILES = frozenset({"config.json", "metadata.json", "model.weights.h5",
                          "model.weights.npz"})
@@ -107,8 +109,39 @@ def _check_members(path: Path, infos: list[zipfile.ZipInfo]) -> None:
                              f"limit of {_mib(MAX_TOTAL_BYTES)}; refusing to open it")
 
 
-def _layers_with_code(config) -> list[str]:
-    """Names of the layers whose config holds Python code (Lambda, or a `__lambda__`)."""
+# Built-in classes that run code or read files from outside the archive: Python bytecode
+# (Lambda and the TF op lambdas), another framework's callable (Jax, Flax, a pickled Torch
+# module) or a SavedModel folder given by path (TFSMLayer).
+CODE_LAYERS = frozenset({"Lambda", "TFOpLambda", "SlicingOpLambda", "__lambda__", "TFSMLayer",
+                         "TorchModuleWrapper", "JaxLayer", "FlaxLayer"})
+# Serialized values that are no class at all (tensors, arrays, slices in a layer's call).
+VALUE_TYPES = frozenset({"__keras_tensor__", "__tensor__", "__numpy__", "__bytes__",
+                         "__typespec__", "__ellipsis__", "__slice__", "__str__"})
+VOCABULARY_LAYERS = frozenset({"StringLookup", "IntegerLookup", "TextVectorization"})
+
+
+def _object_problem(node: dict) -> str | None:
+    """Why one serialized object ({"module", "class_name", ...}) may not be loaded."""
+    name, module = node.get("class_name"), node.get("module")
+    registered = node.get("registered_name")
+    if name in CODE_LAYERS:
+        return (f"is a {name} layer, which holds Python code" if "ambda" in str(name)
+                else f"is a {name} layer, which runs code from outside the archive")
+    if module is None:
+        return None if name in VALUE_TYPES else f"is a '{name}' object of no Keras module"
+    if not isinstance(module, str) or not (module == "keras" or module.startswith("keras.")):
+        return f"is a custom object ({module}.{name}), not a Keras built-in"
+    if registered not in (None, name):
+        return f"is a custom object registered as '{registered}', not a Keras built-in"
+    inner = node.get("config")
+    if name in VOCABULARY_LAYERS and isinstance(inner, dict) \
+            and isinstance(inner.get("vocabulary"), str):
+        return f"is a {name} layer that reads its vocabulary from a file path"
+    return None
+
+
+def _unsafe_objects(config) -> list[tuple[str, str]]:
+    """(layer name, problem) for each serialized object edgeopt will not let Keras build."""
     found, stack = [], [(config, "?")]
     while stack:
         node, layer = stack.pop()
@@ -121,23 +154,27 @@ def _layers_with_code(config) -> list[str]:
         if isinstance(inner, dict) and isinstance(inner.get("name"), str) \
                 and "class_name" in node:
             layer = inner["name"]
-        if node.get("class_name") in ("Lambda", "__lambda__") and layer not in found:
-            found.append(layer)
+        if "class_name" in node and (problem := _object_problem(node)):
+            found.append((layer, problem))
         stack.extend((value, layer) for value in node.values())
     return found
 
 
 def _check_config(path: Path, archive: zipfile.ZipFile) -> None:
+    """Only Keras built-in classes, none that runs code: what safe mode refuses, said with
+    the layer's name, and what it lets through (custom registered classes, TFSMLayer)."""
     try:
-        config = json.loads(archive.read("config.json"))
+        with bounded_recursion():
+            config = json.loads(archive.read("config.json"))
     except (ValueError, RecursionError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"{path}: config.json is not valid JSON ({exc})") from exc
-    code = _layers_with_code(config)
-    if code:
+    unsafe = _unsafe_objects(config)
+    if unsafe:
+        layer, problem = unsafe[0]
         raise ModelLoadError(
-            f"{path}: layer '{code[0]}' is a Lambda layer, which holds Python code; edgeopt "
-            "loads Keras models in safe mode and never runs code from a model file (rebuild "
-            "the model with built-in layers and save it again)")
+            f"{path}: layer '{layer}' {problem}; edgeopt loads Keras models in safe mode "
+            "and never runs code from a model file (rebuild the model with built-in layers "
+            "and save it again)")
 
 
 def check_keras_archive(path: Path) -> None:

@@ -219,9 +219,11 @@ def _onnx_value_spec(value) -> TensorSpec:
 
 
 def _onnx_signature(path: Path):
+    from edgeopt.onnx_ops import check_onnx_ops
     from edgeopt.onnx_reader import check_sizes
 
     model = load_onnx_proto(path, with_data=False)
+    check_onnx_ops(model, str(path))  # before any runtime sees the graph
     check_sizes(path)  # shapes as declared and as inferred, before a runtime allocates them
     initializers = {t.name for t in model.graph.initializer}
     inputs = [_onnx_value_spec(v) for v in model.graph.input if v.name not in initializers]
@@ -297,9 +299,12 @@ def _check_tflite_buffer(path: Path) -> None:
     """Verify the flatbuffer before LiteRT maps it: a corrupt file must not crash the process,
     nor a corrupt shape make LiteRT allocate more than any edge model needs."""
     from edgeopt.graph import check_declared_sizes
+    from edgeopt.tflite_ops import check_tflite_ops
     from edgeopt.tflite_reader import read_tflite
 
-    check_declared_sizes(read_tflite(path), str(path))
+    graph = read_tflite(path)
+    check_declared_sizes(graph, str(path))
+    check_tflite_ops(graph, str(path))
 
 
 # --- Keras and SavedModel ---------------------------------------------------------------
@@ -344,9 +349,11 @@ def _keras_signature(path: Path):
 
 
 def saved_model_signature_fn(path: Path):
-    from edgeopt.tf_env import quiet_tensorflow
+    """Load a SavedModel and its serving signature, once its ops passed the allowlist
+    (saved_model_ops.py reads them from the protobuf; nothing runs before)."""
+    from edgeopt.saved_model_ops import check_saved_model_ops
 
-    quiet_tensorflow()
+    check_saved_model_ops(path)
     import tensorflow as tf
 
     try:

@@ -55,7 +55,10 @@ def _check_bundle(folder, fmt: str):
     assert manifest["model"]["size_bytes"] == len(content)
     compiled = [manifest["compiled"]["file"]] if "compiled" in manifest else []
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [model_file.name, "manifest.json", "report.html", "edgeopt.toml", "usage", *compiled])
+        [model_file.name, "manifest.json", "report.html", "edgeopt.toml", "usage", *compiled,
+         ".edgeopt-bundle"])
+    from edgeopt.bundle_owner import ownership_problem
+    assert ownership_problem(folder) is None  # the marker vouches for every file
     snippets = {p.name for p in (folder / "usage").iterdir()}
     assert "predict.py" in snippets
     if fmt == "tflite":

@@ -22,7 +22,7 @@ from pathlib import Path
 from edgeopt.atomic import append_text
 from edgeopt.devices.runners.stats import Latency
 from edgeopt.errors import ConfigError
-from edgeopt.inputs import CAPS, read_text
+from edgeopt.inputs import CAPS, bounded_recursion, read_text
 
 SCHEMA_VERSION = 1
 RECORD_KIND = "edgeopt.bench"
@@ -140,7 +140,8 @@ def read_records(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            with bounded_recursion():
+                record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}:{number}: not JSON ({exc.msg})") from exc
         except RecursionError:

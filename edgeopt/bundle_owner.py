@@ -1,0 +1,158 @@
+"""Tell a folder edgeopt may replace from one that holds someone's files.
+
+Every bundle carries `.edgeopt-bundle`, a marker listing each file edgeopt wrote with its
+sha256 (and the manifest's sha256 on its own). A folder is replaced only when it is
+provably such a bundle: the marker parses, every file in the folder is listed in it with
+the same content, and nothing else is there (no other file, folder, link or device).
+Anything else is refused, naming the first files that would be lost:
+
+    >>> ownership_problem(Path("webapp"))                 # doctest: +SKIP
+    'holds files edgeopt did not write: thesis.docx, notes/todo.txt'
+
+Bundles of edgeopt versions before the marker carry none, so they are refused too, with
+a message that says to delete them by hand: a `manifest.json` alone proves nothing (web
+apps have one). Removing a bundle deletes only the files its marker lists, then the
+folders left empty; whatever appeared meanwhile stays (`remove_owned`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from edgeopt.inputs import bounded_recursion
+
+MARKER = ".edgeopt-bundle"
+MANIFEST = "manifest.json"
+MARKER_VERSION = 1
+SHOWN = 5             # files named in a refusal; the count says how many more
+MAX_ENTRIES = 10_000  # a folder this full is no bundle; stop walking it
+
+
+def _sha256(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def marker_bytes(files: dict[str, bytes]) -> bytes:
+    """The marker for a bundle of `files` (name -> content), marker itself excluded."""
+    listed = {name: _sha256(content) for name, content in sorted(files.items())}
+    record = {"edgeopt_bundle": MARKER_VERSION, "manifest_sha256": listed.get(MANIFEST),
+              "files": listed}
+    return (json.dumps(record, indent=1) + "\n").encode()
+
+
+def _walk(folder: Path) -> tuple[dict[str, int], list[str]]:
+    """Every entry under `folder` without following links: files (name -> lstat mode)
+    and sub-folders, as paths relative to `folder`."""
+    entries, folders, pending = {}, [], [""]
+    while pending and len(entries) + len(folders) <= MAX_ENTRIES:
+        rel = pending.pop()
+        with os.scandir(folder / rel) as scan:
+            for entry in scan:
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISDIR(mode):
+                    folders.append(name)
+                    pending.append(name)
+                else:
+                    entries[name] = mode
+    return entries, folders
+
+
+def _read_marker(folder: Path) -> dict[str, str] | None:
+    """The marker's file list, or None when there is no readable, well-formed marker."""
+    path = folder / MARKER
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode) or path.lstat().st_size > 1024 ** 2:
+            return None
+        with bounded_recursion():
+            record = json.loads(path.read_bytes())
+        files = record["files"]
+        ok = record["edgeopt_bundle"] == MARKER_VERSION and isinstance(files, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+        ok = ok and record.get("manifest_sha256") == files.get(MANIFEST)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return files if ok else None
+
+
+def _file_sha256(path: Path) -> str | None:
+    digest = hashlib.sha256()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def _names(paths: list[str]) -> str:
+    shown = ", ".join(paths[:SHOWN])
+    return shown if len(paths) <= SHOWN else f"{shown} and {len(paths) - SHOWN} more"
+
+
+def _foreign(entries: dict[str, int], folders: list[str], listed: dict[str, str]) -> list[str]:
+    """Entries the marker does not account for: unlisted files, links, devices, folders
+    that hold no listed file."""
+    parents = {"/".join(n.split("/")[:i]) for n in listed for i in range(1, n.count("/") + 1)}
+    unknown = [n for n, mode in entries.items()
+               if n != MARKER and (n not in listed or not stat.S_ISREG(mode))]
+    return sorted(unknown + [f"{d}/" for d in folders if d not in parents])
+
+
+def ownership_problem(folder: Path) -> str | None:
+    """Why `folder` is not provably an untouched edgeopt bundle (None: it is one).
+
+    The words complete "output folder X ...": what is there that edgeopt did not write."""
+    try:
+        entries, folders = _walk(folder)
+    except OSError as exc:
+        return f"cannot be read whole ({exc.strerror}: {exc.filename}); it is left as it is"
+    if len(entries) + len(folders) > MAX_ENTRIES:
+        return f"holds more than {MAX_ENTRIES} entries; it is not an edgeopt bundle"
+    everything = sorted(entries) + [f"{d}/" for d in folders]
+    listed = _read_marker(folder)
+    if listed is None:
+        what = "is not empty and holds no edgeopt bundle (no valid .edgeopt-bundle marker)"
+        if MANIFEST in entries:
+            what = ("holds a manifest.json but no valid .edgeopt-bundle marker, so it is no "
+                    "bundle this edgeopt wrote (a bundle of an edgeopt older than the marker "
+                    "carries none: delete it by hand if that is what it is)")
+        return f"{what}; replacing it would delete {_names(everything)}"
+    foreign = _foreign(entries, folders, listed)
+    if foreign:
+        return (f"holds files edgeopt did not write: {_names(foreign)}; replacing it would "
+                "delete them")
+    changed = sorted(n for n in entries if n in listed and _file_sha256(folder / n) != listed[n])
+    if changed:
+        return (f"holds files changed since edgeopt wrote them: {_names(changed)}; replacing "
+                "it would lose those changes")
+    return None
+
+
+def remove_owned(folder: Path) -> list[str]:
+    """Delete the files `folder`'s marker lists (those still as written), the marker, then
+    the folders left empty; what remains is returned and left in place."""
+    listed = _read_marker(folder) or {}
+    for name, sha256 in listed.items():
+        if _file_sha256(folder / name) == sha256:  # a changed file is not ours any more
+            (folder / name).unlink()
+    if listed:
+        (folder / MARKER).unlink()
+    entries, folders = _walk(folder)
+    for rel in sorted(folders, key=lambda d: d.count("/"), reverse=True) + [""]:
+        try:
+            (folder / rel).rmdir()  # fails, and keeps it, if anything is inside
+        except OSError:
+            pass
+    if not folder.exists():
+        return []
+    entries, folders = _walk(folder)
+    return sorted(entries) + [f"{d}/" for d in folders]
