@@ -29,9 +29,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from edgeopt import __version__
 from edgeopt.errors import DataError
 from edgeopt.images import class_names
 from edgeopt.inputs import CAPS, read_text
+from edgeopt.runtime import TFLiteRunner
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -557,8 +559,6 @@ def labels_record(labels_file: str | None, handle, outputs, *data_specs: str | N
 def source_spec(handle, description: str, preprocessing: dict, labels_file: str | None,
                 *data_specs: str | None) -> MetadataSpec:
     """The spec for a model made from `handle`: its name, its IO names, what data said."""
-    from edgeopt import __version__
-
     source = handle.path.read_bytes() if handle.format == "tflite" else None
     labels, optional = labels_from(labels_file, *data_specs, source=source)
     return MetadataSpec(
@@ -570,8 +570,6 @@ def source_spec(handle, description: str, preprocessing: dict, labels_file: str 
 
 def with_build_metadata(artifact, config, handle, profile, preprocessing: dict):
     """`edgeopt build`'s artifact with metadata, and a runner for the file that ships."""
-    from edgeopt.runtime import TFLiteRunner
-
     text = (f"{handle.stem} ({handle.path.name}, {handle.format}) for {profile.name}: "
             f"scheme {config.scheme}, {artifact.method}.")
     spec = source_spec(handle, text, preprocessing, config.labels,
