@@ -25,7 +25,7 @@ import struct
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -580,14 +580,26 @@ def with_build_metadata(artifact, config, handle, profile, preprocessing: dict):
     return replace(artifact, content=content, runner=runner)
 
 
-def with_quantize_metadata(result, handle, options: dict, calib):
+class DataFiles(Protocol):
+    """The data flags a made model's metadata names: edgeopt.quantize.QuantizeRequest, which
+    this ground module may not import (docs/ARCHITECTURE.md)."""
+
+    @property
+    def labels(self) -> str | None: ...
+    @property
+    def calib(self) -> str | None: ...
+    @property
+    def eval(self) -> str | None: ...
+
+
+def with_quantize_metadata(result, handle, request: DataFiles, calib):
     """`edgeopt quantize`'s result with metadata; --mean/--std count for array data too
     (edgeopt.data.load_data records them, with build's defaults)."""
     preprocessing = dict(calib.preprocessing)
     text = (f"{handle.stem} ({handle.path.name}, {handle.format}): scheme {result.scheme}, "
             f"{result.method}.")
-    spec = source_spec(handle, text, preprocessing, options.get("labels"),
-                       options.get("calib"), options.get("eval"))
+    spec = source_spec(handle, text, preprocessing, request.labels, request.calib,
+                       request.eval)
     return replace(result, model=embed_metadata(result.model, spec))
 
 
