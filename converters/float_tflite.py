@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
 from edgeopt.converters.tf_source import TFSource, from_keras, from_saved_model, run_converter
 from edgeopt.errors import ConversionError
-from edgeopt.model import ModelHandle, tflite_interpreter
+from edgeopt.model import ModelHandle, load_keras, tflite_interpreter
 
 
 @dataclass(frozen=True)
@@ -91,14 +92,10 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
         tflite = handle.path.read_bytes()
         return FloatConversion(tflite, None, {}, tuple(None for _ in handle.outputs), "none")
     if handle.format == "onnx":
-        from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
-
         converted = onnx_to_saved_model(handle, workdir, _nhwc_samples(handle, samples))
         source = TFSource(converted.saved_model_dir)
         name = f"onnx2tf {_version('onnx2tf')} + TFLiteConverter"
     elif handle.format == "keras":
-        from edgeopt.model import load_keras
-
         source = from_keras(keras_model or load_keras(handle.path), workdir)
         name = "TFLiteConverter (Keras)"
     elif handle.format == "saved_model":

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ConversionError
+from edgeopt.tf_env import quiet_tensorflow
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 
@@ -452,8 +453,6 @@ def _inputs(imp: _Importer) -> list[Any]:
 
 def import_onnx(proto: Any) -> Imported:
     """Build the Keras model of an ONNX graph; UnsupportedNode names the first bad node."""
-    from edgeopt.tf_env import quiet_tensorflow
-
     quiet_tensorflow()
     import keras
 

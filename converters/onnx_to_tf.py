@@ -21,6 +21,7 @@ import numpy as np
 
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import ModelHandle
+from edgeopt.tf_env import quiet_tensorflow
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 _SCOPE_UNSAFE = re.compile(r"[^A-Za-z0-9_.\\/>-]")
@@ -154,8 +155,6 @@ def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log,
 def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
                         samples_nhwc: np.ndarray | None) -> OnnxToTF:
     """Convert with onnx2tf into `workdir/saved_model`; raise ConversionError on failure."""
-    from edgeopt.tf_env import quiet_tensorflow
-
     quiet_tensorflow()
     import onnx2tf
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.errors import ConversionError, first_line
+from edgeopt.quiet import captured_prints
+from edgeopt.tf_env import quiet_tensorflow
 
 
 @dataclass(frozen=True)
@@ -22,8 +24,6 @@ class TFSource:
     batch_fixed: bool = False
 
     def converter(self):
-        from edgeopt.tf_env import quiet_tensorflow
-
         quiet_tensorflow()
         import tensorflow as tf
 
@@ -37,8 +37,6 @@ def _batch_one(tf, shape, dtype, name: str):
 def from_keras(model, workdir: Path) -> TFSource:
     """Export a Keras model as a SavedModel with a batch-1 input signature."""
     import tensorflow as tf
-
-    from edgeopt.quiet import captured_prints
 
     specs = [_batch_one(tf, t.shape, t.dtype, t.name) for t in model.inputs]
     out = workdir / "keras_export"
@@ -75,8 +73,6 @@ def from_saved_model(folder: Path, workdir: Path) -> TFSource:
 
 def run_converter(converter, what: str) -> bytes:
     """Convert, turning the converter's long MLIR errors into one line."""
-    from edgeopt.quiet import captured_prints
-
     try:
         with captured_prints():
             return bytes(converter.convert())

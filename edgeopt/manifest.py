@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from edgeopt.atomic import write_file_atomic
 from edgeopt.typed_json import ContractError, dataclass, document_schema, field, parse
 
 SCHEMA_VERSION = 1
@@ -435,8 +436,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: {'stale, run python -m edgeopt.manifest --write' if stale else 'ok'}")
         return 1 if stale else 0
     if args.write:
-        from edgeopt.atomic import write_file_atomic
-
         write_file_atomic(path, schema_text())
         print(f"wrote {path}")
         return 0

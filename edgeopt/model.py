@@ -17,9 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt.errors import ModelLoadError, first_line
+from edgeopt.graph import MAX_TENSOR_BYTES, check_declared_sizes
 from edgeopt.inputs import CAPS, check_regular, looks_like_protobuf, read_bytes
+from edgeopt.keras_archive import check_keras_archive
 from edgeopt.onnx_functions import check_function_expansion
+from edgeopt.onnx_ops import check_onnx_ops
+from edgeopt.onnx_reader import check_sizes
+from edgeopt.saved_model_ops import check_saved_model_ops
 from edgeopt.shape_bounds import check_shape, check_signature
+from edgeopt.tf_env import quiet_tensorflow
+from edgeopt.tflite_ops import check_tflite_ops
+from edgeopt.tflite_reader import read_tflite
 
 FORMATS = ("onnx", "keras", "saved_model", "tflite")
 
@@ -219,9 +227,6 @@ def _onnx_value_spec(value) -> TensorSpec:
 
 
 def _onnx_signature(path: Path):
-    from edgeopt.onnx_ops import check_onnx_ops
-    from edgeopt.onnx_reader import check_sizes
-
     model = load_onnx_proto(path, with_data=False)
     check_onnx_ops(model, str(path))  # before any runtime sees the graph
     check_sizes(path)  # shapes as declared and as inferred, before a runtime allocates them
@@ -285,8 +290,6 @@ def _check_prepared_sizes(interpreter, path: Path) -> None:
     scratch tensors (im2col) do not count: the XNNPACK delegate that runs models needs none."""
     import numpy as np
 
-    from edgeopt.graph import MAX_TENSOR_BYTES
-
     for detail in interpreter.get_tensor_details():
         size = int(np.prod(detail["shape"], dtype=np.float64)) * np.dtype(detail["dtype"]).itemsize
         if size > MAX_TENSOR_BYTES and detail["name"]:
@@ -298,10 +301,6 @@ def _check_prepared_sizes(interpreter, path: Path) -> None:
 def _check_tflite_buffer(path: Path) -> None:
     """Verify the flatbuffer before LiteRT maps it: a corrupt file must not crash the process,
     nor a corrupt shape make LiteRT allocate more than any edge model needs."""
-    from edgeopt.graph import check_declared_sizes
-    from edgeopt.tflite_ops import check_tflite_ops
-    from edgeopt.tflite_reader import read_tflite
-
     graph = read_tflite(path)
     check_declared_sizes(graph, str(path))
     check_tflite_ops(graph, str(path))
@@ -312,11 +311,7 @@ def _check_tflite_buffer(path: Path) -> None:
 def load_keras(path: Path):
     """Keras 3 in safe mode: no Lambda code, no pickled objects; the archive is checked
     first (keras_archive.py), so Keras never opens a zip with paths out or a bomb in it."""
-    from edgeopt.keras_archive import check_keras_archive
-
     check_keras_archive(path)
-    from edgeopt.tf_env import quiet_tensorflow
-
     quiet_tensorflow()
     import keras
 
@@ -351,8 +346,6 @@ def _keras_signature(path: Path):
 def saved_model_signature_fn(path: Path):
     """Load a SavedModel and its serving signature, once its ops passed the allowlist
     (saved_model_ops.py reads them from the protobuf; nothing runs before)."""
-    from edgeopt.saved_model_ops import check_saved_model_ops
-
     check_saved_model_ops(path)
     import tensorflow as tf
 

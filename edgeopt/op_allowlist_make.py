@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 
 from edgeopt.op_allowlist import excluded_family
+from edgeopt.tf_env import quiet_tensorflow
 
 HERE = Path(__file__).resolve().parent
 FILES = {"tensorflow": HERE / "ops_tensorflow.toml", "onnx": HERE / "ops_onnx.toml",
@@ -30,8 +31,6 @@ _IO_NAMES = re.compile(r"file|path|pattern|logdir|prefix|stream|dir$|url|address
 
 def tensorflow_registry() -> dict[str, list[str]]:
     """Every op TensorFlow registers (internal ones too) -> its argument and attribute names."""
-    from edgeopt.tf_env import quiet_tensorflow
-
     quiet_tensorflow()
     from tensorflow.core.framework import op_def_pb2
     from tensorflow.python.client import pywrap_tf_session as c_api

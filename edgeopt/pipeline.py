@@ -20,15 +20,25 @@ import numpy as np
 
 from edgeopt.atomic import check_path_length
 from edgeopt.bundle import MANIFEST, check_destination, manifest_bytes, write_bundle
+from edgeopt.calibration import onnx_static, tflite_aeq, tflite_converter
+from edgeopt.calibration.config import QuantConfig
+from edgeopt.calibration.recipes import load_recipe
+from edgeopt.calibration.report import render_layer_chart
 from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
 from edgeopt.comparison import compare_devices, compared_profiles
+from edgeopt.compress import CompressSettings, compress_model, write_model
 from edgeopt.config import BuildConfig, primary_device
+from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.converters.parity import check_parity
 from edgeopt.data import Dataset, DataSpec, load_data, permuted
+from edgeopt.delegates import place_for_device
+from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
 from edgeopt.images import NCHW_TO_NHWC
 from edgeopt.manifest import SCHEMA_VERSION
-from edgeopt.model import ModelHandle, TensorSpec, load_model, with_input_shapes
+from edgeopt.model import ModelHandle, TensorSpec, load_keras, load_model, with_input_shapes
+from edgeopt.quantize import quantize_onnx, quantize_tflite
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
 from edgeopt.snippets import usage_snippets
@@ -38,6 +48,7 @@ from edgeopt.tflite_metadata import (
     with_build_metadata,
     with_packed_files,
 )
+from edgeopt.tflite_reader import read_tflite
 from edgeopt.validate import Validation, compare
 
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
@@ -89,9 +100,6 @@ def _build_data(config: BuildConfig, handle: ModelHandle) -> tuple[Dataset, Data
 
 def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, reference,
                      workdir, keras_model, progress) -> Artifact:
-    from edgeopt.converters.float_tflite import to_float_tflite
-    from edgeopt.converters.parity import check_parity
-
     progress("converting to float .tflite")
     samples = {k: v[:config.parity_samples] for k, v in calib.arrays.items()}
     conv = to_float_tflite(handle, workdir, samples, keras_model)
@@ -117,8 +125,6 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         return Artifact(content, "tflite", method, runner_for(content), conversion)
     if scheme == "float":
         return Artifact(conv.tflite, "tflite", "none", runner_for(conv.tflite), conversion)
-    from edgeopt.quantize import quantize_tflite
-
     held = permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
     result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
                              held, evaluation.labels if held else None, progress)
@@ -128,9 +134,6 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
 
 def quant_config(config: BuildConfig, scheme: str, profile: DeviceProfile, fmt: str):
     """The calibration core's config: integer model IO only where the device takes it."""
-    from edgeopt.calibration.config import QuantConfig
-    from edgeopt.calibration.recipes import load_recipe
-
     integer_io = fmt == "tflite" and scheme in ("w8a8", "w4a8")
     return QuantConfig(scheme=scheme, method=config.method,
                        recipe=load_recipe(config.recipe) if config.recipe else None,
@@ -140,8 +143,6 @@ def quant_config(config: BuildConfig, scheme: str, profile: DeviceProfile, fmt: 
 
 def _converter_tflite(conv, scheme: str, profile: DeviceProfile, arrays: dict):
     """The converters' own quantization: the baseline the calibration core is measured by."""
-    from edgeopt.calibration import tflite_aeq, tflite_converter
-
     if scheme == "float":
         return conv.tflite, "none"
     if conv.tf_source is None:
@@ -173,8 +174,6 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress)
     if config.method == "converter":
         content, method = _converter_onnx(handle, scheme, calib)
         return Artifact(content, "onnx", method, OnnxRunner(content), conversion)
-    from edgeopt.quantize import quantize_onnx
-
     held = evaluation.arrays if config.accuracy_budget else None
     result = quantize_onnx(handle.path, calib.arrays,
                            quant_config(config, scheme, profile, "onnx"), held,
@@ -186,8 +185,6 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress)
 def _converter_onnx(handle, scheme: str, calib: Dataset) -> tuple[bytes, str]:
     """onnxruntime.quantization's own calibration: the baseline."""
     import tempfile as _tempfile
-
-    from edgeopt.calibration import onnx_static
 
     with _tempfile.TemporaryDirectory(prefix="edgeopt-ort-") as tmp:
         out = Path(tmp) / "artifact.onnx"
@@ -216,8 +213,6 @@ def place_artifact(artifact: Artifact, profile: DeviceProfile, require_full: boo
         if require_full:
             raise ConfigError("--require-full-delegation needs a .tflite artifact")
         return None
-    from edgeopt.delegates import place_for_device
-
     placement = place_for_device(artifact.content, profile)
     if require_full:
         placement.require_full_delegation()
@@ -358,8 +353,6 @@ def _compiled_files(manifest: dict, placement) -> dict[str, bytes]:
 def _report_details(placement, estimate, quant) -> dict:
     chart = None
     if quant is not None and quant.layer_report:
-        from edgeopt.calibration.report import render_layer_chart
-
         chart = render_layer_chart(list(quant.layer_report))
     return {"placement": placement.to_json() if placement is not None else None,
             "layer_chart": chart,
@@ -370,9 +363,6 @@ def estimate_artifact(artifact: Artifact, profile: DeviceProfile, placement):
     """Latency and energy of one inference from the device profile (None for .onnx)."""
     if artifact.format != "tflite":
         return None
-    from edgeopt.devices.estimator import estimate
-    from edgeopt.tflite_reader import read_tflite
-
     return estimate(read_tflite(artifact.content), profile, placement, artifact.content)
 
 
@@ -427,8 +417,6 @@ def compress_stage(handle: ModelHandle, keras_model, config: BuildConfig, calib:
     """
     if config.prune is None and config.prune_recipe is None:
         return handle, keras_model, None
-    from edgeopt.compress import CompressSettings, compress_model, write_model
-
     settings = CompressSettings(prune=config.prune, criterion=config.prune_criterion,
                                 recipe=config.prune_recipe, distill=config.distill,
                                 epochs=config.distill_epochs, seed=config.seed,
@@ -456,7 +444,6 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         check_labels_file(config.labels, handle)
     keras_model = None
     if handle.format == "keras":
-        from edgeopt.model import load_keras
         keras_model = load_keras(handle.path)
     progress(f"running the float {handle.format} model on {evaluation.count} samples")
     reference = run_dataset(make_runner(handle, keras_model=keras_model), evaluation.arrays)

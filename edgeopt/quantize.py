@@ -16,7 +16,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,6 @@ from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.calibration.config import (
     QuantConfig,
     QuantResult,
-    Scheme,
 )
 from edgeopt.calibration.engine import open_format, quantize_with
 from edgeopt.calibration.recipes import load_recipe
@@ -71,25 +70,48 @@ def _maybe(arrays: dict | None) -> dict | None:
 
 # --- from files (the CLI) ------------------------------------------------------------
 
-def build_config(options: dict) -> QuantConfig:
+@dataclass(frozen=True)
+class QuantizeRequest:
+    """`edgeopt quantize`'s flags: what to read, what to write, how to quantize.
+
+    None in scheme, method and weight_method means "the recipe's, else the QuantConfig
+    default" (w8a8, auto; gptq for int4 layers, rtn for int8), resolved by build_config.
+    """
+
+    model: str
+    calib: str
+    output: str                             # .tflite (ai-edge-quantizer) or .onnx (QDQ)
+    eval: str | None = None                 # None: the calibration data (held-back share)
+    scheme: str | None = None               # None: the recipe's, else w8a8
+    method: str | None = None               # None: the recipe's, else auto
+    weight_method: str | None = None        # None: gptq for int4 layers, rtn for int8
+    block_size: int | None = None           # int4 blocks (dense layers); None: per channel
+    recipe: str | None = None               # a recipe .toml or a built-in recipe name
+    accuracy_budget: float | None = None    # top-1 points (labels), else an SQNR floor in dB
+    io_dtype: str = "float32"               # full-integer models' input/output type
+    mean: tuple[float, ...] | None = None   # None: edgeopt.data's defaults (0)
+    std: tuple[float, ...] | None = None    # None: edgeopt.data's defaults (255)
+    bias_correction: bool = True
+    report: str | None = None               # also write an HTML page with the layer chart
+    labels: str | None = None               # class names packed into a .tflite's metadata
+
+
+def build_config(request: QuantizeRequest) -> QuantConfig:
     """Flags over recipe defaults over QuantConfig defaults: one config object."""
-    recipe = load_recipe(options["recipe"]) if options.get("recipe") else None
-    scheme = options.get("scheme") or (recipe.scheme if recipe else None) or Scheme.W8A8
-    method = options.get("method") or (recipe.method if recipe else None) or "auto"
+    recipe = load_recipe(request.recipe) if request.recipe else None
+    scheme = request.scheme or (recipe.scheme if recipe else None) or DEFAULT_CONFIG.scheme
+    method = request.method or (recipe.method if recipe else None) or DEFAULT_CONFIG.method
     return QuantConfig(scheme=scheme, method=method, recipe=recipe,
-                       weight_method=options.get("weight_method"),
-                       block_size=options.get("block_size"),
-                       bias_correction=options.get("bias_correction", True),
-                       accuracy_budget=options.get("accuracy_budget"),
-                       io_dtype=options.get("io_dtype") or "float32")
+                       weight_method=request.weight_method, block_size=request.block_size,
+                       bias_correction=request.bias_correction,
+                       accuracy_budget=request.accuracy_budget, io_dtype=request.io_dtype)
 
 
-def _data(handle, options: dict):
+def _data(handle, request: QuantizeRequest):
     """--calib/--eval as every command reads them; a held-back share only for the budget
     search, which must not score on the samples it calibrated on."""
-    spec = DataSpec(options["calib"], options.get("eval"), options.get("mean"),
-                    options.get("std"))
-    return load_data(spec, handle.inputs, hold_out=options.get("accuracy_budget") is not None)
+    spec = DataSpec(request.calib, request.eval, request.mean, request.std)
+    return load_data(spec, handle.inputs, hold_out=request.accuracy_budget is not None)
 
 
 def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
@@ -111,17 +133,17 @@ def _keyed(arrays: dict, float_tflite: bytes) -> dict:
     return dict(zip(names, arrays.values()))
 
 
-def quantize_file(options: dict, progress: Progress | None = None) -> dict:
+def quantize_file(request: QuantizeRequest, progress: Progress | None = None) -> dict:
     """Load MODEL and data, quantize, write OUTPUT atomically; returns the JSON record."""
-    output = Path(options["output"])
+    output = Path(request.output)
     check_output_path(output)  # before 100 s of work, not after
-    if options.get("report"):
-        check_output_path(options["report"])
-    config = build_config(options)
-    handle = load_model(options["model"])
+    if request.report:
+        check_output_path(request.report)
+    config = build_config(request)
+    handle = load_model(request.model)
     if output.suffix != ".onnx":
-        check_labels_file(options.get("labels"), handle)
-    calib, evaluation = _data(handle, options)
+        check_labels_file(request.labels, handle)
+    calib, evaluation = _data(handle, request)
     if output.suffix == ".onnx":
         if handle.format != "onnx":
             raise ConfigError(f"-o {output.name}: an .onnx output needs an .onnx model "
@@ -131,11 +153,11 @@ def quantize_file(options: dict, progress: Progress | None = None) -> dict:
                                evaluation.labels if evaluation else None, progress)
     else:
         result = _to_tflite(handle, calib, evaluation, config, progress)
-        result = with_quantize_metadata(result, handle, options, calib)
+        result = with_quantize_metadata(result, handle, request, calib)
     result = _with_data_warnings(result, calib, evaluation)
     write_file_atomic(output, result.model)
-    if options.get("report"):
-        write_file_atomic(options["report"], report_page(result))
+    if request.report:
+        write_file_atomic(request.report, report_page(result))
     return {"output": str(output), "source": {"file": str(handle.path), "format":
             handle.format, "size_bytes": handle.size_bytes}, **result.to_json()}
 

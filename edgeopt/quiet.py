@@ -15,6 +15,8 @@ import sys
 import tempfile
 import warnings
 
+from edgeopt.tempfiles import shared_tempdir
+
 
 def _keep_terminal(stream, saved_fd: int, fd: int):
     """A Python stream on the saved descriptor when `stream` writes to `fd`; else `stream`
@@ -38,8 +40,6 @@ def library_output_to_log():
     except OSError:  # no real descriptors (embedded use): nothing to redirect
         yield None
         return
-    from edgeopt.tempfiles import shared_tempdir
-
     keep = os.environ.get("EDGEOPT_KEEP_LOG")  # then the log outlives the run's temp folder
     log = tempfile.NamedTemporaryFile(prefix="edgeopt-", suffix=".log", delete=False,
                                       dir=shared_tempdir() if keep else None)

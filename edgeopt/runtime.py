@@ -18,7 +18,7 @@ import numpy as np
 
 from edgeopt.deadline import run_deadline
 from edgeopt.errors import ConversionError, first_line
-from edgeopt.model import ModelHandle
+from edgeopt.model import ModelHandle, load_keras, saved_model_signature_fn, tflite_interpreter
 
 
 class ModelRunner(Protocol):
@@ -55,8 +55,6 @@ class TFLiteRunner:
 
     def __init__(self, model: Path | bytes, source_input_names: list[str] | None = None,
                  num_threads: int | None = None):
-        from edgeopt.model import tflite_interpreter
-
         self.interpreter = tflite_interpreter(model, num_threads=num_threads)
         self.input_details = self.interpreter.get_input_details()
         self.output_details = self.interpreter.get_output_details()
@@ -196,8 +194,6 @@ class SavedModelRunner:
     label = "TensorFlow SavedModel"
 
     def __init__(self, path: Path):
-        from edgeopt.model import saved_model_signature_fn
-
         self._loaded, self.signature = saved_model_signature_fn(path)
         self.input_names = list(self.signature.structured_input_signature[1])
         self.output_names = list(self.signature.structured_outputs)
@@ -265,8 +261,6 @@ def make_runner(handle: ModelHandle, num_threads: int | None = None,
     if handle.format == "onnx":
         return OnnxRunner(handle.path, num_threads)
     if handle.format == "keras":
-        from edgeopt.model import load_keras
-
         return KerasRunner(keras_model or load_keras(handle.path))
     return SavedModelRunner(handle.path)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from edgeopt.errors import ModelLoadError, first_line
 from edgeopt.op_allowlist import check_ops
+from edgeopt.tf_env import quiet_tensorflow
 
 SIGNATURE = "serving_default"
 INIT_SIGNATURE = "__saved_model_init_op"
@@ -37,8 +38,6 @@ MAX_PB_BYTES = 2 * 1024 ** 3  # protobuf's own limit
 
 def read_saved_model(folder: Path):
     """The SavedModel protobuf of `folder` (binary or text), or ModelLoadError."""
-    from edgeopt.tf_env import quiet_tensorflow
-
     quiet_tensorflow()
     from google.protobuf import message, text_format
     from tensorflow.core.protobuf import saved_model_pb2

@@ -25,13 +25,15 @@ import struct
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from edgeopt import __version__
 from edgeopt.errors import DataError
 from edgeopt.images import class_names
 from edgeopt.inputs import CAPS, read_text
+from edgeopt.runtime import TFLiteRunner
 
 METADATA_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -557,8 +559,6 @@ def labels_record(labels_file: str | None, handle, outputs, *data_specs: str | N
 def source_spec(handle, description: str, preprocessing: dict, labels_file: str | None,
                 *data_specs: str | None) -> MetadataSpec:
     """The spec for a model made from `handle`: its name, its IO names, what data said."""
-    from edgeopt import __version__
-
     source = handle.path.read_bytes() if handle.format == "tflite" else None
     labels, optional = labels_from(labels_file, *data_specs, source=source)
     return MetadataSpec(
@@ -570,8 +570,6 @@ def source_spec(handle, description: str, preprocessing: dict, labels_file: str 
 
 def with_build_metadata(artifact, config, handle, profile, preprocessing: dict):
     """`edgeopt build`'s artifact with metadata, and a runner for the file that ships."""
-    from edgeopt.runtime import TFLiteRunner
-
     text = (f"{handle.stem} ({handle.path.name}, {handle.format}) for {profile.name}: "
             f"scheme {config.scheme}, {artifact.method}.")
     spec = source_spec(handle, text, preprocessing, config.labels,
@@ -582,14 +580,26 @@ def with_build_metadata(artifact, config, handle, profile, preprocessing: dict):
     return replace(artifact, content=content, runner=runner)
 
 
-def with_quantize_metadata(result, handle, options: dict, calib):
+class DataFiles(Protocol):
+    """The data flags a made model's metadata names: edgeopt.quantize.QuantizeRequest, which
+    this ground module may not import (docs/ARCHITECTURE.md)."""
+
+    @property
+    def labels(self) -> str | None: ...
+    @property
+    def calib(self) -> str | None: ...
+    @property
+    def eval(self) -> str | None: ...
+
+
+def with_quantize_metadata(result, handle, request: DataFiles, calib):
     """`edgeopt quantize`'s result with metadata; --mean/--std count for array data too
     (edgeopt.data.load_data records them, with build's defaults)."""
     preprocessing = dict(calib.preprocessing)
     text = (f"{handle.stem} ({handle.path.name}, {handle.format}): scheme {result.scheme}, "
             f"{result.method}.")
-    spec = source_spec(handle, text, preprocessing, options.get("labels"),
-                       options.get("calib"), options.get("eval"))
+    spec = source_spec(handle, text, preprocessing, request.labels, request.calib,
+                       request.eval)
     return replace(result, model=embed_metadata(result.model, spec))
 
 

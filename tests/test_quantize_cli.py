@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import FrozenInstanceError, replace
 
 import numpy as np
 import pytest
 
 from conftest import SAMPLES, assert_user_error
+from edgeopt.quantize import QuantConfig, QuantizeRequest, build_config
 
 
 @pytest.fixture
@@ -70,6 +72,19 @@ def test_dry_run_prints_the_resolved_config(run, tiny_onnx_path, calib):
                  "w4-dense-block32", "-o", "x.onnx", "--dry-run")
     config = json.loads(result.stdout)
     assert config["scheme"] == "w4afp32" and config["recipe"] == "w4-dense-block32"
+
+
+def test_a_request_resolves_flags_over_the_recipe_over_the_defaults():
+    """One frozen request, as every other command has; no untyped options dict."""
+    request = QuantizeRequest(model="m.onnx", calib="c.npz", output="q.tflite")
+    assert build_config(request) == QuantConfig()
+    with pytest.raises(FrozenInstanceError):
+        request.scheme = "w4a8"  # type: ignore[misc]
+    with_recipe = replace(request, recipe="w4-dense-block32")
+    recipe_config = build_config(with_recipe)
+    assert recipe_config.scheme == recipe_config.recipe.scheme != QuantConfig().scheme
+    flags = build_config(replace(with_recipe, scheme="w4a8", method="mse"))
+    assert (flags.scheme, flags.method, flags.recipe) == ("w4a8", "mse", recipe_config.recipe)
 
 
 def test_help_has_an_example(run):

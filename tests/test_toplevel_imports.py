@@ -1,4 +1,5 @@
-"""edgeopt's own modules are imported at module top in the stage packages.
+"""edgeopt's own modules are imported at module top everywhere: edgeopt/ (cli/ included),
+converters/ and the stage packages.
 
 Only heavy third-party frameworks stay lazy inside functions; an edgeopt import inside a
 function hides a dependency (and any import cycle) until that code path runs.
@@ -13,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_PACKAGES = ("calibration", "compression", "delegates", "devices")
+PACKAGES = ("edgeopt", "converters", *STAGE_PACKAGES)
 
 # "path:statement" (e.g. "devices/x.py:from edgeopt.y import z") -> why it must stay inside
 # its function. Empty unless an import is a genuine layering exception; say why in one line.
@@ -42,8 +44,8 @@ def function_level_imports(source: str) -> list[tuple[int, str]]:
     return found
 
 
-def _stage_files() -> list[Path]:
-    return sorted(p for package in STAGE_PACKAGES for p in (ROOT / package).rglob("*.py"))
+def _package_files() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
 
 
 def test_the_scanner_finds_a_function_level_import_and_ignores_top_and_third_party():
@@ -65,11 +67,12 @@ def test_the_scanner_finds_a_function_level_import_and_ignores_top_and_third_par
     ]
 
 
-def test_the_stage_packages_are_scanned():
-    assert {p.relative_to(ROOT).parts[0] for p in _stage_files()} == set(STAGE_PACKAGES)
+def test_every_package_is_scanned():
+    scanned = {p.relative_to(ROOT).parent.as_posix() for p in _package_files()}
+    assert set(PACKAGES) | {"edgeopt/cli"} <= scanned
 
 
-@pytest.mark.parametrize("path", _stage_files(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", _package_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_function_level_edgeopt_import(path: Path):
     rel = path.relative_to(ROOT).as_posix()
     offending = [f"{rel}:{line}: {stmt}"

@@ -17,7 +17,7 @@ from edgeopt.cli.shared import (
     normalisation_options,
     step_progress,
 )
-from edgeopt.quantize import build_config, quantize_file, summary
+from edgeopt.quantize import QuantizeRequest, build_config, quantize_file, summary
 from edgeopt.quiet import library_output_to_log
 
 
@@ -44,7 +44,7 @@ from edgeopt.quiet import library_output_to_log
               "recipe name.")
 @click.option("--accuracy-budget", type=float, default=None, help="Allowed top-1 drop in "
               "points (labelled eval data), else an output-SQNR floor in dB.")
-@click.option("--io-dtype", type=choice(IoDtype), default=None,
+@click.option("--io-dtype", type=choice(IoDtype), default=QuantizeRequest.io_dtype,
               help="Model input/output type of full-integer models (default float32).")
 @normalisation_options
 @click.option("--labels", type=PATH, default=None, help="Class names, one per line: packed "
@@ -60,10 +60,10 @@ from edgeopt.quiet import library_output_to_log
 def command(ctx: click.Context, dry_run: bool, as_json: bool, no_bias_correction: bool,
             block_size: str | None, **options) -> None:
     """Quantize MODEL with edgeopt's calibration core and check it in the real runtime."""
-    options.update(bias_correction=not no_bias_correction,
-                   block_size=int(block_size) if block_size else None)
+    request = QuantizeRequest(**options, bias_correction=not no_bias_correction,
+                              block_size=int(block_size) if block_size else None)
     if dry_run:
-        return emit_json({**build_config(options).to_json(), "sources": sources(ctx)})
+        return emit_json({**build_config(request).to_json(), "sources": sources(ctx)})
     with library_output_to_log(), step_progress(as_json) as progress:
-        record = quantize_file(options, progress)
+        record = quantize_file(request, progress)
     emit_json(record) if as_json else click.echo(summary(record))
