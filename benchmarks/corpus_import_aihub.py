@@ -184,11 +184,16 @@ def main(argv: list[str] | None = None) -> None:
         covered = {chip_key(row["soc"]) for row in rows}
         rows += [row for row in commit_rows(args.git_dir, extra)
                  if chip_key(row["soc"]) not in covered]
-    with args.out.open("w", newline="", encoding="utf-8") as handle:
+    write_rows(args.out, rows)
+
+
+def write_rows(out: Path, rows: list[dict]) -> None:
+    """The corpus CSV: the columns devices/corpus.py reads, one row per measurement."""
+    with out.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    print(f"{len(rows)} rows -> {args.out}")
+    print(f"{len(rows)} rows -> {out}")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ the note carries its 90th percentile, MLPerf's reported metric.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
 
-from corpus_import_aihub import COLUMNS, git_out, git_show
+from corpus_import_aihub import git_out, git_show, write_rows
 
 # ro.soc.model -> chip; the codes are the vendors' part numbers.
 SOCS = {
@@ -138,11 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         rows += mirror_rows(repo, Path(git_dir))
     if not rows:
         sys.exit("corpus_import_mlperf: error: no SingleStream results found")
-    with args.out.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"{len(rows)} rows -> {args.out}")
+    write_rows(args.out, rows)
 
 
 if __name__ == "__main__":

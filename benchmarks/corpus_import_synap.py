@@ -16,12 +16,11 @@ out: their architecture is not published, so no stand-in can be built for them.
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import sys
 from pathlib import Path
 
-from corpus_import_aihub import COLUMNS, git_out, git_show
+from corpus_import_aihub import git_out, git_show, write_rows
 
 BOARDS = {"vs680": ("Synaptics VS680 / SL1680 board", "Synaptics VS680"),
           "vs640": ("Synaptics VS640 / SL1640 board", "Synaptics VS640")}
@@ -124,11 +123,7 @@ def main(argv: list[str] | None = None) -> None:
             for row in file_rows(args.git_dir, sha, name)]
     if not rows:
         sys.exit("corpus_import_synap: error: no benchmark tables found")
-    with args.out.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"{len(rows)} rows -> {args.out}")
+    write_rows(args.out, rows)
 
 
 if __name__ == "__main__":
