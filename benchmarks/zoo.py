@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from _common import package_versions
 
 ZOO_DIR = Path(os.environ.get("EDGEOPT_ZOO_DIR", Path.home() / ".cache" / "edgeopt-zoo"))
 MEDIAPIPE_SIDE = "mediapipe-0.10.14"
@@ -914,6 +915,7 @@ def baseline(entries: list[Entry], workdir: Path, limit: int, result: Path,
               f" {row['build']['wall_s']} s {row['build']['peak_rss_mib']} MiB "
               f"{row['build']['detail'][:150]}", flush=True)
         result.write_text(json.dumps({"limit_s": limit, "device": "pixel-npu",
+                                      "package_versions": package_versions(),
                                       "models": rows}, indent=1))
 
 

@@ -207,6 +207,7 @@ def load_onnx_proto(path: Path, with_data: bool = True):
     if not model.graph.node or not model.opset_import or model.ir_version <= 0:
         raise ModelLoadError(f"{path} is not a model edgeopt can read (not TFLite, Keras, "
                              "SavedModel, and not a complete ONNX graph)")
+    check_onnx_ops(model, str(path))  # before any runtime sees the graph (and names the op)
     check_function_expansion(model, str(path))
     check_external_data(model, path.parent)
     try:
@@ -228,7 +229,6 @@ def _onnx_value_spec(value) -> TensorSpec:
 
 def _onnx_signature(path: Path):
     model = load_onnx_proto(path, with_data=False)
-    check_onnx_ops(model, str(path))  # before any runtime sees the graph
     check_sizes(path)  # shapes as declared and as inferred, before a runtime allocates them
     initializers = {t.name for t in model.graph.initializer}
     inputs = [_onnx_value_spec(v) for v in model.graph.input if v.name not in initializers]

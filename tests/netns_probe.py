@@ -26,9 +26,7 @@ def _qname(packet: bytes) -> str:
     return ".".join(labels)
 
 
-def _listen(log: list[str]) -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 53))
+def _listen(sock: socket.socket, log: list[str]) -> None:
     while True:
         packet, peer = sock.recvfrom(4096)
         log.append(_qname(packet))
@@ -48,7 +46,9 @@ def main() -> None:
     out, commands = sys.argv[1], [c.split("\x1f") for c in sys.argv[2:]]
     _isolate_resolver()
     log: list[str] = []
-    threading.Thread(target=_listen, args=(log,), daemon=True).start()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 53))  # bound before the probe: a busy machine starts threads late
+    threading.Thread(target=_listen, args=(sock, log), daemon=True).start()
     try:
         socket.getaddrinfo("probe.invalid", 443)
     except OSError:

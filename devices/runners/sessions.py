@@ -151,7 +151,7 @@ class OrtSession:
     def set_inputs(self, feed: dict[str, np.ndarray]) -> None:
         self._feed = feed
 
-    def _run(self, feed: dict[str, np.ndarray]) -> list:
+    def _run_once(self, feed: dict[str, np.ndarray]) -> list:
         self._watchdog.arm()
         try:
             return self.session.run(None, feed, self._options)
@@ -166,7 +166,7 @@ class OrtSession:
             self._watchdog.disarm()
 
     def invoke(self) -> None:
-        self._run(self._feed)
+        self._run_once(self._feed)
 
     def runner(self) -> OrtSession:
         return self
