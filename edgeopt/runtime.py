@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from edgeopt.deadline import run_deadline
-from edgeopt.errors import ConversionError, first_line
+from edgeopt.errors import ConversionError, EdgeoptError, first_line
 from edgeopt.model import ModelHandle, load_keras, saved_model_signature_fn, tflite_interpreter
 
 
@@ -129,15 +129,25 @@ def ort_batch(session) -> int:
     return fixed[0] if fixed else ORT_BATCH
 
 
-def ort_run_batches(session, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def ort_run_batches(session, feeds: dict[str, np.ndarray],
+                    error: type[EdgeoptError] | None = None) -> list[np.ndarray]:
     """All samples through `session` in the batches it takes, each under `ort_run`'s
-    deadline; one float32 array per output. onnxruntime's own errors propagate (the
-    caller words them); the deadline is a ConversionError."""
+    deadline; one float32 array per output. The deadline is a ConversionError;
+    onnxruntime's own errors propagate, or become `error` ("could not run the model on
+    these inputs") when one is given."""
     names = [i.name for i in session.get_inputs()]
     count = len(next(iter(feeds.values())))
     step = ort_batch(session)
-    chunks = [ort_run(session, {n: feeds[n][start:start + step] for n in names})
-              for start in range(0, count, step)]
+    try:
+        chunks = [ort_run(session, {n: feeds[n][start:start + step] for n in names})
+                  for start in range(0, count, step)]
+    except EdgeoptError:
+        raise
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
+        if error is None:
+            raise
+        raise error(f"onnxruntime could not run the model on these inputs: "
+                    f"{first_line(exc)}") from exc
     return [np.concatenate(outs).astype(np.float32, copy=False) for outs in zip(*chunks)]
 
 
@@ -162,13 +172,7 @@ class OnnxRunner:
         self.input_names = [i.name for i in self.inputs]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        try:
-            return ort_run_batches(self.session, feeds)
-        except ConversionError:
-            raise
-        except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
-            raise ConversionError(f"onnxruntime could not run the model on these inputs: "
-                                  f"{first_line(exc)}") from exc
+        return ort_run_batches(self.session, feeds, error=ConversionError)
 
 
 class KerasRunner:

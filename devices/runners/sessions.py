@@ -18,7 +18,7 @@ import numpy as np
 
 from edgeopt.deadline import ENV_NAME, RunWatchdog, exit_now
 from edgeopt.devices.runners.delegates import HostDelegate
-from edgeopt.errors import ConversionError, DeviceError, EdgeoptError, ModelLoadError, first_line
+from edgeopt.errors import ConversionError, DeviceError, ModelLoadError, first_line
 from edgeopt.model import ModelHandle, TensorSpec
 from edgeopt.runtime import ModelRunner, TFLiteRunner, ort_run_batches
 
@@ -173,13 +173,7 @@ class OrtSession:
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """All samples in the batches the model takes, under edgeopt's run deadline."""
-        try:
-            return ort_run_batches(self.session, feeds)
-        except EdgeoptError:
-            raise
-        except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
-            raise ModelLoadError(f"onnxruntime could not run the model on these inputs: "
-                                 f"{first_line(exc)}") from exc
+        return ort_run_batches(self.session, feeds, error=ModelLoadError)
 
 
 def open_session(handle: ModelHandle, threads: int | None,
