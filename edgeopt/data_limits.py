@@ -12,7 +12,7 @@ import warnings
 from contextlib import contextmanager
 
 from edgeopt.errors import DataError
-from edgeopt.keras_archive import MAX_MEMBERS, MAX_RATIO, RATIO_FLOOR_BYTES
+from edgeopt.keras_archive import MAX_MEMBERS, MAX_RATIO, bomb_ratio
 
 # Calibration uses a few hundred samples; 50,000 is the size of the ImageNet validation set.
 MAX_SAMPLES = 50_000
@@ -40,8 +40,7 @@ def check_npz_members(infos, label: str) -> None:
         raise DataError(f"{label} decompresses to {total / 2**30:.1f} GiB, over the "
                         f"{MAX_DATA_BYTES / 2**30:.0f} GiB of data edgeopt reads at once")
     for info in infos:
-        ratio = info.file_size / max(info.compress_size, 1)
-        if info.file_size > RATIO_FLOOR_BYTES and ratio > MAX_RATIO:
+        if (ratio := bomb_ratio(info)) is not None:
             raise DataError(f"{label}: {info.filename} inflates {ratio:,.0f}-fold "
                             f"({info.compress_size:,} -> {info.file_size:,} bytes), more than "
                             f"the {MAX_RATIO}-fold real data compresses; refusing a zip bomb")

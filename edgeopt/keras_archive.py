@@ -68,13 +68,19 @@ def _in_keras_format(name: str) -> bool:
     return name in KERAS_FILES or name.startswith(ASSETS)
 
 
+def bomb_ratio(info: zipfile.ZipInfo) -> float | None:
+    """The member's declared inflation ratio when it is past what real data compresses to
+    (a decompression bomb), else None; read from the zip directory, nothing inflated."""
+    ratio = info.file_size / max(info.compress_size, 1)
+    return ratio if info.file_size > RATIO_FLOOR_BYTES and ratio > MAX_RATIO else None
+
+
 def _size_problem(info: zipfile.ZipInfo) -> str | None:
     """Why a member is too big to read, judged from the sizes the directory declares."""
     limit = MAX_CONFIG_BYTES if info.filename.endswith(".json") else MAX_MEMBER_BYTES
     if info.file_size > limit:
         return f"declares {_mib(info.file_size)}, over the limit of {_mib(limit)}"
-    ratio = info.file_size / max(info.compress_size, 1)
-    if info.file_size > RATIO_FLOOR_BYTES and ratio > MAX_RATIO:
+    if (ratio := bomb_ratio(info)) is not None:
         return (f"expands {ratio:,.0f}-fold ({_mib(info.compress_size)} stored, "
                 f"{_mib(info.file_size)} declared): a decompression bomb")
     return None
