@@ -17,10 +17,13 @@ folders left empty; whatever appeared meanwhile stays (`remove_owned`).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from edgeopt.inputs import bounded_recursion
@@ -44,32 +47,62 @@ def marker_bytes(files: dict[str, bytes]) -> bytes:
     return (json.dumps(record, indent=1) + "\n").encode()
 
 
-def _walk(folder: Path) -> tuple[dict[str, int], list[str]]:
-    """Every entry under `folder` without following links: files (name -> lstat mode)
-    and sub-folders, as paths relative to `folder`."""
-    entries, folders, pending = {}, [], [""]
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+@contextmanager
+def _opened(folder: Path) -> Iterator[int]:
+    """`folder` opened once: every read below goes through this descriptor, so a folder
+    swapped at that path meanwhile (another build publishing) is never read half-and-half."""
+    fd = os.open(folder, _DIR_FLAGS)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _walk(root: int) -> tuple[dict[str, int], list[str]]:
+    """Every entry under the folder open at `root` without following links: files
+    (name -> lstat mode) and sub-folders, as paths relative to it."""
+    entries: dict[str, int] = {}
+    folders: list[str] = []
+    pending = [""]
     while pending and len(entries) + len(folders) <= MAX_ENTRIES:
         rel = pending.pop()
-        with os.scandir(folder / rel) as scan:
-            for entry in scan:
-                name = f"{rel}/{entry.name}" if rel else entry.name
-                mode = entry.stat(follow_symlinks=False).st_mode
-                if stat.S_ISDIR(mode):
-                    folders.append(name)
-                    pending.append(name)
-                else:
-                    entries[name] = mode
+        fd = os.open(rel, _DIR_FLAGS, dir_fd=root) if rel else os.dup(root)
+        try:
+            with os.scandir(fd) as scan:
+                for entry in scan:
+                    name = f"{rel}/{entry.name}" if rel else entry.name
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if stat.S_ISDIR(mode):
+                        folders.append(name)
+                        pending.append(name)
+                    else:
+                        entries[name] = mode
+        finally:
+            os.close(fd)
     return entries, folders
 
 
-def _read_marker(folder: Path) -> dict[str, str] | None:
+def _read(root: int, name: str, limit: int | None = None) -> Iterator[bytes]:
+    """The chunks of regular file `name` under `root` (no link followed at the end);
+    OSError when it is missing, not a regular file or over `limit` bytes."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0), dir_fd=root)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
+            raise OSError(errno.EINVAL, "not a regular file of bounded size", name)
+        while chunk := f.read(1 << 20):
+            yield chunk
+
+
+def _read_marker(root: int) -> dict[str, str] | None:
     """The marker's file list, or None when there is no readable, well-formed marker."""
-    path = folder / MARKER
     try:
-        if not stat.S_ISREG(path.lstat().st_mode) or path.lstat().st_size > 1024 ** 2:
-            return None
+        content = b"".join(_read(root, MARKER, limit=1024 ** 2))
         with bounded_recursion():
-            record = json.loads(path.read_bytes())
+            record = json.loads(content)
         files = record["files"]
         ok = record["edgeopt_bundle"] == MARKER_VERSION and isinstance(files, dict) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in files.items())
@@ -79,15 +112,11 @@ def _read_marker(folder: Path) -> dict[str, str] | None:
     return files if ok else None
 
 
-def _file_sha256(path: Path) -> str | None:
+def _file_sha256(root: int, name: str) -> str | None:
     digest = hashlib.sha256()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
+        for chunk in _read(root, name):
+            digest.update(chunk)
     except OSError:
         return None
     return digest.hexdigest()
@@ -112,13 +141,18 @@ def ownership_problem(folder: Path) -> str | None:
 
     The words complete "output folder X ...": what is there that edgeopt did not write."""
     try:
-        entries, folders = _walk(folder)
+        with _opened(folder) as root:
+            return _problem(root)
     except OSError as exc:
         return f"cannot be read whole ({exc.strerror}: {exc.filename}); it is left as it is"
+
+
+def _problem(root: int) -> str | None:
+    entries, folders = _walk(root)
     if len(entries) + len(folders) > MAX_ENTRIES:
         return f"holds more than {MAX_ENTRIES} entries; it is not an edgeopt bundle"
     everything = sorted(entries) + [f"{d}/" for d in folders]
-    listed = _read_marker(folder)
+    listed = _read_marker(root)
     if listed is None:
         what = "is not empty and holds no edgeopt bundle (no valid .edgeopt-bundle marker)"
         if MANIFEST in entries:
@@ -130,7 +164,7 @@ def ownership_problem(folder: Path) -> str | None:
     if foreign:
         return (f"holds files edgeopt did not write: {_names(foreign)}; replacing it would "
                 "delete them")
-    changed = sorted(n for n in entries if n in listed and _file_sha256(folder / n) != listed[n])
+    changed = sorted(n for n in entries if n in listed and _file_sha256(root, n) != listed[n])
     if changed:
         return (f"holds files changed since edgeopt wrote them: {_names(changed)}; replacing "
                 "it would lose those changes")
@@ -140,19 +174,25 @@ def ownership_problem(folder: Path) -> str | None:
 def remove_owned(folder: Path) -> list[str]:
     """Delete the files `folder`'s marker lists (those still as written), the marker, then
     the folders left empty; what remains is returned and left in place."""
-    listed = _read_marker(folder) or {}
-    for name, sha256 in listed.items():
-        if _file_sha256(folder / name) == sha256:  # a changed file is not ours any more
-            (folder / name).unlink()
-    if listed:
-        (folder / MARKER).unlink()
-    entries, folders = _walk(folder)
-    for rel in sorted(folders, key=lambda d: d.count("/"), reverse=True) + [""]:
-        try:
-            (folder / rel).rmdir()  # fails, and keeps it, if anything is inside
-        except OSError:
-            pass
-    if not folder.exists():
-        return []
-    entries, folders = _walk(folder)
-    return sorted(entries) + [f"{d}/" for d in folders]
+    with _opened(folder) as root:
+        listed = _read_marker(root) or {}
+        for name, sha256 in listed.items():
+            if _file_sha256(root, name) == sha256:  # a changed file is not ours any more
+                os.unlink(name, dir_fd=root)
+        if listed:
+            os.unlink(MARKER, dir_fd=root)
+        entries, folders = _walk(root)
+        for rel in sorted(folders, key=lambda d: d.count("/"), reverse=True):
+            try:
+                os.rmdir(rel, dir_fd=root)  # fails, and keeps it, if anything is inside
+            except OSError:
+                pass
+        entries, folders = _walk(root)
+    left = sorted(entries) + [f"{d}/" for d in folders]
+    if left:
+        return left
+    try:
+        folder.rmdir()
+    except OSError:  # something appeared since the walk: it stays, and is named
+        return remove_owned(folder) if folder.is_dir() else []
+    return []
