@@ -33,6 +33,7 @@ MANIFEST = "manifest.json"
 MARKER_VERSION = 1
 SHOWN = 5             # files named in a refusal; the count says how many more
 MAX_ENTRIES = 10_000  # a folder this full is no bundle; stop walking it
+SWAP_RETRIES = 20     # looks again when a concurrent build swapped the folder meanwhile
 
 
 def _sha256(content: bytes) -> str:
@@ -140,11 +141,32 @@ def ownership_problem(folder: Path) -> str | None:
     """Why `folder` is not provably an untouched edgeopt bundle (None: it is one).
 
     The words complete "output folder X ...": what is there that edgeopt did not write."""
+    problem: str | None = None
+    for _ in range(SWAP_RETRIES):
+        try:
+            with _opened(folder) as root:
+                examined = os.fstat(root)
+                try:
+                    problem = _problem(root)
+                except OSError as exc:
+                    problem = (f"cannot be read whole ({exc.strerror}: {exc.filename}); it "
+                               "is left as it is")
+                if problem is None or not _swapped(folder, examined):
+                    return problem
+        except OSError as exc:
+            return f"cannot be read whole ({exc.strerror}: {exc.filename}); it is left as it is"
+    return problem
+
+
+def _swapped(folder: Path, examined: os.stat_result) -> bool:
+    """Whether another folder now sits at `folder` than the one examined: a concurrent
+    build published, and the examined one (its old bundle) is being removed, so what
+    looked wrong in it says nothing about what is there now."""
     try:
-        with _opened(folder) as root:
-            return _problem(root)
-    except OSError as exc:
-        return f"cannot be read whole ({exc.strerror}: {exc.filename}); it is left as it is"
+        now = os.stat(folder, follow_symlinks=False)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) != (examined.st_dev, examined.st_ino)
 
 
 def _problem(root: int) -> str | None:
