@@ -1,0 +1,281 @@
+"""Every edgeopt command on every real pretrained model of the zoo (benchmarks/zoo.py).
+
+For each model: `inspect`, `build --device pixel-npu` (.tflite), `build --format onnx
+--device host-cpu`, `build --device coral-usb`, `build --device ethos-u55-256`,
+`quantize --scheme w4a8` and `compress --prune 0.3`, each in its own process under
+`/usr/bin/time -v`: outcome (ok / one-line error / internal error / crash / slow), the
+failure class the error belongs to, wall time and peak RSS. For what was written, the
+figures the manifest records per output (SQNR, cosine, the task metric where the zoo names
+the task) and the float islands of a w8a8 artifact; and, as a check independent of
+edgeopt, whether the runtime (LiteRT, onnxruntime) loads the artifact and runs one held
+sample on it — an artifact the runtime refuses after edgeopt wrote it is a failure.
+
+    python benchmarks/real_models.py                        # all models, all steps
+    python benchmarks/real_models.py --only magika --steps pixel onnx
+    python benchmarks/real_models.py --table                # the BENCHMARKS.md table
+
+Results go to benchmarks/results/real_models.json, rewritten after every command, so a
+run that is stopped keeps what it measured; a second run fills in only what is missing
+(`--redo` runs everything again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import RESULTS_DIR, edgeopt_command, git_state, machine_info, package_versions
+from zoo import BY_NAME, ZOO, Entry, _input_shapes, _timed, failure_class, write_calib
+
+RESULT = RESULTS_DIR / "real_models.json"
+CALIB_SAMPLES = 16
+# zoo task -> edgeopt --task (the task metric against the float model)
+TASKS = {"classify": "classify", "ocr-rec": "sequence", "kws": "classify"}
+STEPS = ("inspect", "pixel", "onnx", "coral", "ethos", "w4a8", "prune")
+
+
+def _commands(e: Entry, calib: Path, flags: list[str], out: Path) -> dict[str, list[str]]:
+    """The edgeopt command line of each step."""
+    model, data = str(e.path()), ["--calib", str(calib)]
+    task = ["--task", TASKS[e.task]] if e.task in TASKS else []
+
+    def build(name: str, *device: str) -> list[str]:
+        return ["build", model, *device, *data, *flags, *task, "-o", str(out / name), "--json"]
+
+    pruned = out / f"pruned{Path(model).suffix}"
+    return {
+        "inspect": ["inspect", model, *flags, "--json"],
+        "pixel": build("pixel", "--device", "pixel-npu"),
+        "onnx": build("onnx", "--format", "onnx", "--device", "host-cpu"),
+        "coral": build("coral", "--device", "coral-usb"),
+        "ethos": build("ethos", "--device", "ethos-u55-256"),
+        "w4a8": ["quantize", model, "--scheme", "w4a8", *data, *flags,
+                 "-o", str(out / "w4a8.tflite"), "--json"],
+        "prune": ["compress", model, "--prune", "0.3", *data, *flags, "-o", str(pruned),
+                  "--json"],
+    }
+
+
+def _manifest(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _per_output(manifest: dict) -> list[dict]:
+    """SQNR / cosine / metric per output, as the manifest records them."""
+    validation = manifest.get("validation") or {}
+    rows = validation.get("outputs") or []
+    return [{k: row.get(k) for k in ("name", "sqnr_db", "cosine", "metric", "value",
+                                      "collapsed") if k in row} for row in rows]
+
+
+def _float_ops(manifest: dict) -> list | None:
+    quant = manifest.get("quantization") or {}
+    return quant.get("float_ops")
+
+
+def _artifact(folder: Path, manifest: dict) -> Path | None:
+    name = (manifest.get("model") or {}).get("file")
+    return folder / name if name and (folder / name).is_file() else None
+
+
+def runtime_check(model: Path, calib: Path) -> str:
+    """'ok' when the runtime loads `model` and runs the first calibration sample, else why."""
+    try:
+        with np.load(calib) as data:
+            sample = {k: data[k][:1] for k in data.files}
+        if model.suffix == ".onnx":
+            import onnxruntime as ort
+
+            session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+            feeds = {}
+            for i in session.get_inputs():
+                x = sample.get(i.name)
+                if x is None:
+                    return f"no sample for input {i.name}"
+                feeds[i.name] = x.astype(np.float32) if "float" in i.type else x
+            session.run(None, feeds)
+            return "ok"
+        interpreter = _interpreter(model)
+        runner = interpreter.get_signature_runner()
+        names = list(runner.get_input_details())
+        feeds = {n: sample[n] if n in sample else sample[list(sample)[k]]
+                 for k, n in enumerate(names)}
+        details = runner.get_input_details()
+        runner(**{n: _laid_out(feeds[n], tuple(details[n]["shape"])).astype(details[n]["dtype"])
+                  for n in names})
+        return "ok"
+    except Exception as exc:  # the table reports what the runtime said, whatever it is
+        return f"refused: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+
+
+def _interpreter(model: Path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    return Interpreter(str(model))
+
+
+def _laid_out(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """An NCHW sample in the NHWC layout a converted .tflite takes (edgeopt's bundles say
+    so in manifest preprocessing; here the shapes tell)."""
+    if x.ndim == 4 and x.shape != shape and x.transpose(0, 2, 3, 1).shape[1:] == shape[1:]:
+        return x.transpose(0, 2, 3, 1)
+    return x
+
+
+def float_compute_ops(model: Path) -> list[str] | None:
+    """Ops of a .tflite that compute in float (a float result), besides the QUANTIZE and
+    DEQUANTIZE at the edges: read from LiteRT's own view of the graph, not from edgeopt."""
+    if model.suffix != ".tflite":
+        return None
+    try:
+        ops = _interpreter(model)._get_ops_details()
+    except Exception:  # runtime_check reports the refusal
+        return None
+    edges = {"QUANTIZE", "DEQUANTIZE"}
+    return [f"{op['op_name']}#{op['index']}" for op in ops if op["op_name"] not in edges
+            and any(np.dtype(t) == np.float32 for t in op.get("result_types", []))]
+
+
+def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit: int) -> dict:
+    target = Path(command[command.index("-o") + 1]) if "-o" in command else None
+    if target is not None:
+        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(
+            missing_ok=True)
+    row = _timed([*edgeopt_command(), *command], limit)
+    row["failure_class"] = failure_class(row)
+    row.pop("stdout_tail", None)
+    if row["outcome"] != "ok" or target is None:
+        return row
+    if target.is_dir():
+        manifest = _manifest(target) or {}
+        row["scheme"] = (manifest.get("recipe") or {}).get("scheme")
+        row["outputs"] = _per_output(manifest)
+        row["float_ops"] = _float_ops(manifest)
+        artifact = _artifact(target, manifest)
+        row["runtime"] = runtime_check(artifact, calib) if artifact else "no artifact found"
+        if artifact is not None and row["scheme"] == "w8a8":
+            row["runtime_float_ops"] = float_compute_ops(artifact)
+    elif target.suffix in (".tflite", ".onnx"):
+        row["runtime"] = runtime_check(target, calib)
+    return row
+
+
+def run(entries: list[Entry], steps: list[str], workdir: Path, limit: int, redo: bool,
+        stop_at: float | None) -> dict:
+    record = json.loads(RESULT.read_text()) if RESULT.exists() and not redo else {}
+    models = record.setdefault("models", {})
+    for e in entries:
+        calib = workdir / "calib" / f"{e.name}.npz"
+        if not calib.exists():
+            write_calib([e], calib.parent, CALIB_SAMPLES)
+        flags = _input_shapes(e, calib) if calib.exists() else []
+        out = workdir / "real" / e.name
+        out.mkdir(parents=True, exist_ok=True)
+        row = models.setdefault(e.name, {})
+        row.update({"package": f"{e.package}=={e.version}", "format": e.fmt, "task": e.task,
+                    "file": e.relpath, "input_shape_flags": flags})
+        commands = _commands(e, calib, flags, out)
+        for step in steps:
+            if step in row and not redo:
+                continue
+            if stop_at and time.time() > stop_at:
+                break
+            row[step] = _step(e, step, commands[step], out, calib, limit)
+            print(f"{e.name:26s} {step:8s} {row[step]['outcome']:14s} "
+                  f"{row[step]['wall_s']:7.1f} s {row[step]['peak_rss_mib'] or 0:6d} MiB "
+                  f"{row[step].get('runtime', '')[:20]:20s} {row[step]['detail'][:110]}",
+                  flush=True)
+            record.update({"package_versions": package_versions(), "machine": machine_info(),
+                           "git": git_state(), "limit_s": limit,
+                           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            RESULT.write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _cell(row: dict | None) -> str:
+    if not row:
+        return "—"
+    if row["outcome"] == "ok":
+        runtime = row.get("runtime", "ok")
+        return "ok" if runtime == "ok" else "**refused by runtime**"
+    return {"error": "error", "slow": "slow"}.get(row["outcome"], f"**{row['outcome']}**")
+
+
+def summary(record: dict) -> dict:
+    """Counts per step: ok, clear errors, internal errors, refused artifacts, float islands."""
+    counts = {}
+    for step in STEPS:
+        rows = [m[step] for m in record["models"].values() if step in m]
+        ok = [r for r in rows if r["outcome"] == "ok"]
+        counts[step] = {
+            "run": len(rows), "ok": sum(r.get("runtime", "ok") == "ok" for r in ok),
+            "clear_error": sum(r["outcome"] == "error" for r in rows),
+            "internal": sum(r["outcome"] in ("internal error", "crash") for r in rows),
+            "slow": sum(r["outcome"] == "slow" for r in rows),
+            "refused_after_write": sum(r.get("runtime", "ok") != "ok" for r in ok),
+            "silent_float_islands": sum(1 for r in ok if _silent_islands(r)),
+        }
+    return counts
+
+
+def _silent_islands(row: dict) -> bool:
+    """A w8a8 artifact in which LiteRT finds float ops that the manifest does not list."""
+    found = row.get("runtime_float_ops") or []
+    listed = row.get("float_ops") or []
+    return len(found) > len(listed)
+
+
+def table(record: dict) -> str:
+    lines = ["| model | wheel | task | " + " | ".join(STEPS) + " | worst output SQNR (pixel) |",
+             "|---|---|---|" + "---|" * len(STEPS) + "---|"]
+    for name, m in record["models"].items():
+        sqnrs = [o["sqnr_db"] for o in (m.get("pixel") or {}).get("outputs") or []
+                 if o.get("sqnr_db") is not None]
+        worst = f"{min(sqnrs):.1f} dB" if sqnrs else "—"
+        lines.append(f"| {name} | {m['package']} | {m['task']} | "
+                     + " | ".join(_cell(m.get(s)) for s in STEPS) + f" | {worst} |")
+    counts = summary(record)
+    lines += ["", "| step | run | ok | clear error | internal | slow | refused after write "
+              "| silent float islands |", "|---|---|---|---|---|---|---|---|"]
+    for step, c in counts.items():
+        lines.append(f"| {step} | {c['run']} | {c['ok']} | {c['clear_error']} | "
+                     f"{c['internal']} | {c['slow']} | {c['refused_after_write']} | "
+                     f"{c['silent_float_islands']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="model names (default: the whole zoo)")
+    parser.add_argument("--steps", nargs="*", choices=STEPS, default=list(STEPS))
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/zoo"))
+    parser.add_argument("--limit", type=int, default=900, help="seconds per command")
+    parser.add_argument("--redo", action="store_true", help="run steps already recorded")
+    parser.add_argument("--stop-at", help="UTC HH:MM after which no command starts")
+    parser.add_argument("--table", action="store_true", help="print the markdown table")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(table(json.loads(RESULT.read_text())))
+        return 0
+    entries = [BY_NAME[n] for n in args.only] if args.only else list(ZOO)
+    stop = None
+    if args.stop_at:
+        hh, mm = map(int, args.stop_at.split(":"))
+        now = dt.datetime.now(dt.UTC)
+        stop = now.replace(hour=hh, minute=mm, second=0).timestamp()
+    record = run(entries, args.steps, args.workdir, args.limit, args.redo, stop)
+    print(json.dumps(summary(record), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
