@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.atomic import check_output_path, write_file_atomic
-from edgeopt.choices import PruneCriterion, PrunePattern, values
+from edgeopt.compress_settings import CompressSettings
 from edgeopt.compression import DistillConfig, PruneConfig, distill, prune_structured
 from edgeopt.compression.measure import MeasureConfig, measure_tflite
 from edgeopt.compression.sparsity import SparsityConfig, sparsify
@@ -36,56 +36,9 @@ from edgeopt.inputs import CAPS, read_toml
 from edgeopt.model import load_keras, load_model, with_input_shapes
 from edgeopt.validate import compare
 
-PATTERNS = values(PrunePattern)
 OUTPUT_FORMATS = {".keras": "keras", ".tflite": "tflite", ".onnx": "onnx"}
-CRITERIA_NAMES = values(PruneCriterion)
 VALIDATION_SAMPLES = 2048  # compared with the source on at most this many samples
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class CompressSettings:
-    """What to do to the model; shared by `edgeopt compress` and `edgeopt build --prune`."""
-
-    prune: float | None = None
-    pattern: str = "structured"
-    criterion: str = "l1"
-    recipe: str | None = None
-    distill: bool = False
-    epochs: int = 20
-    channel_multiple: int = 8  # pruned layers keep whole CPU/NPU channel tiles (see README)
-    student: str | None = None  # a smaller Keras model to distill into, instead of pruning
-    seed: int = 0
-
-    def check(self) -> None:
-        if self.student is not None:
-            if self.prune is not None or self.recipe is not None or self.pattern != "structured":
-                raise ConfigError("--student distills into your own smaller model: leave out "
-                                  "--prune, --recipe, --2:4 and --unstructured")
-            if self.epochs < 1:
-                raise ConfigError(f"--epochs must be at least 1, got {self.epochs}")
-            return
-        if self.pattern not in PATTERNS:
-            raise ConfigError(f"unknown pruning pattern '{self.pattern}' "
-                              f"(choose from {', '.join(PATTERNS)})")
-        if self.pattern == "2:4" and self.prune not in (None, 0.5):
-            raise ConfigError("--2:4 removes exactly half of the weights; leave out --prune "
-                              f"or give 0.5 (got {self.prune})")
-        if self.pattern != "2:4" and self.prune is None and self.recipe is None:
-            raise ConfigError("nothing to compress: give --prune R (a share in (0, 1)) or "
-                              "--recipe FILE")
-        if self.prune is not None and not 0 < self.prune < 1:
-            raise ConfigError(f"--prune must be between 0 and 1 (exclusive), got {self.prune}")
-        if self.recipe is not None and self.pattern != "structured":
-            raise ConfigError("--recipe gives channel ratios per layer: structured pruning only")
-        if self.epochs < 1:
-            raise ConfigError(f"--epochs must be at least 1, got {self.epochs}")
-        if self.channel_multiple < 1:
-            raise ConfigError(f"--channel-multiple must be at least 1, got "
-                              f"{self.channel_multiple}")
-        if self.criterion not in CRITERIA_NAMES:
-            raise ConfigError(f"unknown prune criterion '{self.criterion}' "
-                              f"(choose from {', '.join(CRITERIA_NAMES)})")
 
 
 @dataclass(frozen=True)

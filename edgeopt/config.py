@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from edgeopt.choices import ArtifactFormat, RangeMethod, values
-from edgeopt.compress import CompressSettings
-from edgeopt.data import HOLDOUT_SHARE
+from edgeopt.compress_settings import CompressSettings
+from edgeopt.data_limits import HOLDOUT_SHARE
 from edgeopt.devices.profile import profile_names
 from edgeopt.errors import ConfigError
 from edgeopt.inputs import CAPS, read_toml

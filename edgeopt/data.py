@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeopt.data_limits import check_npz_members, check_sample_count
+from edgeopt.data_limits import HOLDOUT_SHARE, check_npz_members, check_sample_count
 from edgeopt.errors import DataError, first_line
 from edgeopt.graph import MAX_TENSOR_BYTES
 from edgeopt.images import (
@@ -44,7 +44,6 @@ __all__ = ["HOLDOUT_SHARE", "DataSpec", "Dataset", "Preprocessing", "class_names
            "image_layout", "load_data", "load_dataset", "permuted", "split_holdout"]
 
 RANDOM_SAMPLES = 32
-HOLDOUT_SHARE = 0.2         # without --eval, every fifth sample is held back
 FEW_EVAL_SAMPLES = 30       # fewer validated samples make the accuracy figures noise
 
 

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from edgeopt.errors import DataError
 from edgeopt.keras_archive import MAX_MEMBERS, MAX_RATIO, bomb_ratio
 
+HOLDOUT_SHARE = 0.2  # without --eval, every fifth sample is held back for the figures
 # Calibration uses a few hundred samples; 50,000 is the size of the ImageNet validation set.
 MAX_SAMPLES = 50_000
 # The arrays of one .npz, decompressed (numpy holds them all in memory at once).

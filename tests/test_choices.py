@@ -17,7 +17,7 @@ from edgeopt.choices import (
     values,
 )
 from edgeopt.cli import cli
-from edgeopt.compress import CRITERIA_NAMES, PATTERNS
+from edgeopt.compress_settings import CRITERIA_NAMES, PATTERNS
 from edgeopt.compression import CRITERIA
 from edgeopt.config import FORMATS
 from edgeopt.config import METHODS as BUILD_METHODS

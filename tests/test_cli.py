@@ -38,6 +38,22 @@ def test_help_and_devices_do_not_import_tensorflow():
         assert not {"tensorflow", "keras", "onnx2tf", "tf_keras"} & modules, code
 
 
+def test_help_loads_no_command_module_and_no_numpy():
+    modules = _imports_after("cli.main(['--help'], standalone_mode=False)")
+    assert "click" in modules
+    assert "numpy" not in modules
+    assert not {m for m in modules if m.startswith("edgeopt.cli.")} - {
+        "edgeopt.cli.app", "edgeopt.cli.shared", "edgeopt.cli.defaults"}
+
+
+def test_the_help_lines_are_the_commands_own():
+    from edgeopt.cli import cli
+    from edgeopt.cli.app import COMMANDS
+
+    for name, (_, line) in COMMANDS.items():
+        assert cli.commands[name].get_short_help_str(1000) == line, name
+
+
 def test_devices_json_lists_the_shipped_profiles(run_cli):
     result = run_cli("devices", "--json")
     assert result.exit_code == 0
