@@ -16,6 +16,7 @@ from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
 from edgeopt.converters.tf_source import TFSource, from_keras, from_saved_model, run_converter
 from edgeopt.errors import ConversionError
 from edgeopt.model import ModelHandle, load_keras, tflite_interpreter
+from edgeopt.runtime import match_input_names, match_outputs, signature_output_keys
 
 
 @dataclass(frozen=True)
@@ -51,18 +52,24 @@ def _inverse(perm: tuple[int, ...] | None) -> tuple[int, ...] | None:
 
 
 def layouts(handle: ModelHandle, tflite: bytes) -> tuple[dict, tuple]:
-    """Read the converted model's IO shapes and link them to the source's layouts."""
+    """Read the converted model's IO shapes and link them to the source's layouts: inputs
+    by name, outputs as `match_outputs` pairs them (never by position alone)."""
     interpreter = tflite_interpreter(tflite)
     ins = interpreter.get_input_details()
     outs = interpreter.get_output_details()
+    names = match_input_names([s.name for s in handle.inputs], [d["name"] for d in ins])
+    by_name = dict(zip(names, ins))
     input_perms = {}
-    for spec, detail in zip(handle.inputs, ins):
-        perm = _perm_between(spec.shape, tuple(int(d) for d in detail["shape"]))
-        if perm is not None:
+    for spec in handle.inputs:
+        detail = by_name.get(spec.name)
+        perm = detail and _perm_between(spec.shape, tuple(int(d) for d in detail["shape"]))
+        if perm:
             input_perms[spec.name] = perm
-    output_perms = tuple(
-        _inverse(_perm_between(spec.shape, tuple(int(d) for d in detail["shape"])))
-        for spec, detail in zip(handle.outputs, outs))
+    shapes = [tuple(int(d) for d in detail["shape"]) for detail in outs]
+    order = match_outputs(handle.outputs, signature_output_keys(interpreter, outs), shapes,
+                          [d["name"] for d in outs])
+    output_perms = tuple(_inverse(_perm_between(spec.shape, shapes[j]))
+                         for spec, j in zip(handle.outputs, order))
     return input_perms, output_perms
 
 

@@ -34,7 +34,7 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
         conv = to_float_tflite(handle, Path(tmp), data.arrays)
     tflite = converted_with_metadata(conv.tflite, handle, conv.converter, data, labels)
     runner = LayoutAdapter(TFLiteRunner(tflite, [s.name for s in handle.inputs]),
-                           conv.input_perms, conv.output_perms)
+                           conv.input_perms, conv.output_perms, handle.outputs)
     parity = check_parity(reference, run_dataset(runner, data.arrays), conv.converter)
     write_file_atomic(output, tflite)
     return {"model": str(handle.path), "output": str(output), "converter": conv.converter,

@@ -106,7 +106,8 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
     names = [s.name for s in handle.inputs]
 
     def runner_for(content: bytes):
-        return LayoutAdapter(TFLiteRunner(content, names), conv.input_perms, conv.output_perms)
+        return LayoutAdapter(TFLiteRunner(content, names), conv.input_perms, conv.output_perms,
+                             handle.outputs)
 
     conversion = {"converter": conv.converter, "float_tflite_bytes": len(conv.tflite),
                   "batch_fixed_to_1": bool(conv.tf_source and conv.tf_source.batch_fixed),
@@ -276,7 +277,8 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
                   "sha256": hashlib.sha256(artifact.content).hexdigest(),
                   "size_bytes": len(artifact.content)},
         "inputs": _io_records(specs.inputs, handle.inputs),
-        "outputs": _io_records(specs.outputs, handle.outputs),
+        "outputs": _io_records(specs.outputs, handle.outputs,
+                               getattr(artifact.runner, "output_order", None)),
         "device": {"name": profile.name, "kind": profile.kind, "delegate": profile.delegate,
                    "description": profile.description},
         "recipe": {"scheme": config.scheme, "method": artifact.method,
@@ -335,11 +337,13 @@ def _accuracy_notes(validation: Validation) -> list[str]:
     return notes
 
 
-def _io_records(artifact_specs, source_specs) -> list[dict]:
-    """Artifact IO under the source model's names, with the runtime's own tensor names."""
+def _io_records(artifact_specs, source_specs, order: list[int] | None = None) -> list[dict]:
+    """Artifact IO under the source model's names, with the runtime's own tensor names;
+    `order` pairs each source output with its artifact output (the converter reorders)."""
     records = []
-    for index, (spec, source) in enumerate(zip(artifact_specs, source_specs)):
-        record = spec.to_json()
+    order = order or list(range(len(source_specs)))
+    for source, index in zip(source_specs, order):
+        record = artifact_specs[index].to_json()
         records.append({"name": source.name, "tensor_name": record.pop("name"),
                         "index": index, **record})
     return records
