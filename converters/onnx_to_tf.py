@@ -89,6 +89,67 @@ def fixed_shapes(handle: ModelHandle) -> list[str]:
     return shapes
 
 
+def _graph_nodes(graph):
+    """Every node, inside If/Loop/Scan bodies too (onnx2tf converts those as well)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for body in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                yield from _graph_nodes(body)
+
+
+def onnx2tf_supports(op_type: str) -> bool:
+    """onnx2tf converts an op with its module onnx2tf/ops/<OpType>.py; no module, no op."""
+    import importlib.util
+
+    if not op_type.isidentifier() or op_type.startswith("_"):
+        return False
+    try:
+        return importlib.util.find_spec(f"onnx2tf.ops.{op_type}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _options(op_type: str) -> str:
+    options = ["build with --format onnx to keep the model in onnxruntime"]
+    if op_type.startswith("DynamicQuantize") or op_type.endswith("Integer"):
+        options.append("re-export the model without dynamic quantization (from its float "
+                       "weights) and let edgeopt quantize it")
+    else:
+        options.append(f"re-export the model with {op_type} written in standard ONNX ops")
+    return "; ".join(options)
+
+
+def check_convertible(path: Path) -> None:
+    """Every op onnx2tf is about to meet has a converter, before onnx2tf starts: its own
+    failure is a bare `No module named 'onnx2tf.ops.DynamicQuantizeLSTM'`."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for node in _graph_nodes(model.graph):
+        if not onnx2tf_supports(node.op_type):
+            raise ConversionError(
+                f"op {node.op_type} (node {node.name or '?'}) is not supported by the "
+                f"ONNX->TFLite converter (onnx2tf); options: {_options(node.op_type)}")
+
+
+def _failed_node(exc: BaseException, log: str, path: Path) -> str:
+    """`node NAME (OpType)` onnx2tf was converting when it failed, when it says."""
+    name = getattr(exc, "onnx_op_name", None)
+    if not name:
+        found = re.findall(r"(?:Error occurred at ONNX operation|onnx_op_name):\s*(\S+)",
+                           _ANSI.sub("", log))
+        name = found[-1] if found else None
+    if not name:
+        return ""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    op_types = {n.name: n.op_type for n in _graph_nodes(model.graph)}
+    op_type = op_types.get(name)
+    return f"ONNX node {name} ({op_type})" if op_type else f"ONNX node {name}"
+
+
 def _reason(exc: BaseException, log: str) -> str:
     """The exception's own words; for a bare sys.exit, onnx2tf's first ERROR line."""
     if not isinstance(exc, SystemExit):
@@ -163,6 +224,7 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
     shapes = fixed_shapes(handle)
     private = private_copy(handle.path, workdir)
     static = static_onnx(handle, workdir, shapes, log, private)
+    check_convertible(static or private)
     try:
         with _offline_onnx2tf(samples_nhwc), contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
@@ -174,8 +236,13 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
     except ConversionError:
         raise
     except (Exception, SystemExit) as exc:  # onnx2tf raises anything, and sys.exit()s
-        raise ConversionError(f"onnx2tf could not convert {handle.path.name}: "
-                              f"{_reason(exc, log.getvalue())}") from exc
+        node = _failed_node(exc, log.getvalue(), static or private)
+        where = f" at {node}" if node else ""
+        raise ConversionError(
+            f"onnx2tf could not convert {handle.path.name}{where}: "
+            f"{_reason(exc, log.getvalue())}; options: build with --format onnx to keep the "
+            "model in onnxruntime, or re-export it with that node written in simpler ops"
+        ) from exc
     if not (out / "saved_model.pb").is_file():
         raise ConversionError(f"onnx2tf wrote no SavedModel for {handle.path.name}")
     input_perms = {s.name: p for s in handle.inputs if (p := _perm_for(s.shape))}

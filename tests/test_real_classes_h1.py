@@ -68,3 +68,36 @@ def _source_outputs(path):
     from edgeopt.model import load_model
 
     return load_model(path).outputs
+
+
+def _lstm_onnx(path, seq: int = 6, features: int = 4, hidden: int = 8) -> None:
+    """x [seq, 1, features] -> LSTM -> Y [seq, 1, 1, hidden]: time-major, as ONNX LSTMs are."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {"W": (1, 4 * hidden, features), "R": (1, 4 * hidden, hidden),
+               "B": (1, 8 * hidden)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype("float32"), n)
+             for n, s in weights.items()]
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], name="lstm_1",
+                            hidden_size=hidden)
+    graph = helper.make_graph(
+        [node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                       [seq, 1, features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, 1, 1, hidden])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_op_onnx2tf_lacks_is_named_with_options(tmp_path, run_cli):
+    """Class 6: a dynamically quantized LSTM (DynamicQuantizeLSTM, onnxruntime's own op) is
+    refused before onnx2tf runs, naming the op, its node and what to do."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    float_model, model = tmp_path / "lstm.onnx", tmp_path / "lstm_dq.onnx"
+    _lstm_onnx(float_model)
+    quantize_dynamic(str(float_model), str(model), op_types_to_quantize=["LSTM"])
+    result = run_cli("inspect", model, "--device", "pixel-npu")
+    assert_user_error(result, "op DynamicQuantizeLSTM (node ")
+    assert "not supported by the ONNX->TFLite converter" in result.stderr
+    assert "--format onnx" in result.stderr and "No module named" not in result.stderr
