@@ -103,10 +103,10 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
         source = TFSource(converted.saved_model_dir)
         name = f"onnx2tf {_version('onnx2tf')} + TFLiteConverter"
     elif handle.format == "keras":
-        source = from_keras(keras_model or load_keras(handle.path), workdir)
+        source = from_keras(keras_model or load_keras(handle.path), workdir, handle.inputs)
         name = "TFLiteConverter (Keras)"
     elif handle.format == "saved_model":
-        source = from_saved_model(handle.path, workdir)
+        source = from_saved_model(handle.path, workdir, handle.inputs)
         name = "TFLiteConverter (SavedModel)"
     else:
         raise ConversionError(f"cannot convert a {handle.format} model to .tflite")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeopt.errors import ConversionError, first_line
-from edgeopt.model import ModelHandle
+from edgeopt.model import ModelHandle, batch_axis
 from edgeopt.tf_env import quiet_tensorflow
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
@@ -70,16 +70,23 @@ def _offline_onnx2tf(samples_nhwc: np.ndarray | None):
 
 def _shape_hint(shape: tuple[int, ...]) -> str:
     """`1,3,?,?` for (-1, 3, -1, -1): what --input-shape must fill in."""
-    return ",".join("1" if i == 0 else (str(d) if d > 0 else "?") for i, d in enumerate(shape))
+    axis = batch_axis(shape)
+    return ",".join("1" if i == axis else (str(d) if d > 0 else "?")
+                    for i, d in enumerate(shape))
 
 
 def fixed_shapes(handle: ModelHandle) -> list[str]:
-    """onnx2tf's overwrite_input_shape strings: a dynamic batch becomes 1."""
+    """onnx2tf's overwrite_input_shape strings: a dynamic batch (on the input's batch
+    axis: a recurrent state counts samples on axis 1) becomes 1; a scalar input is static
+    and needs none."""
     shapes = []
     for spec in handle.inputs:
         dims = list(spec.shape)
-        if dims and dims[0] < 0:
-            dims[0] = 1
+        axis = batch_axis(spec.shape)
+        if axis is None:
+            continue
+        if dims[axis] < 0:
+            dims[axis] = 1
         if any(d < 0 for d in dims):
             raise ConversionError(
                 f"input '{spec.name}' has dynamic dimensions {list(spec.shape)} beyond the batch; "
@@ -154,10 +161,14 @@ def _reason(exc: BaseException, log: str) -> str:
     """The exception's own words; for a bare sys.exit, onnx2tf's first ERROR line."""
     if not isinstance(exc, SystemExit):
         text = first_line(exc)
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        if text.startswith("Exception encountered when calling layer") and len(lines) > 1:
+            # Keras's first line names only the layer type; the next one says what failed
+            text = f"{text} {re.sub(r' for .{{node [^}]*}}.*?(?= with|$)', '', lines[1])}"
     else:
         errors = [ln for ln in _ANSI.sub("", log).splitlines() if "ERROR" in ln]
         text = errors[0] if errors else "onnx2tf stopped"
-    return _ANSI.sub("", text).strip()[:300]
+    return _ANSI.sub("", text).strip()[:400]
 
 
 def _perm_for(shape: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -213,6 +224,16 @@ def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log,
     return path
 
 
+def stand_in_images(shapes: list[str]) -> np.ndarray:
+    """Seeded random NHWC images of the first input's fixed shape, for onnx2tf's own
+    output check when no samples were given (`inspect --device`): onnx2tf only runs them
+    through both graphs, the conversion does not depend on their values."""
+    dims = [int(d) for d in shapes[0].rpartition(":")[2].split(",")]
+    if len(dims) == 4 and dims[1] in (1, 3, 4) and dims[-1] not in (1, 3, 4):
+        dims = [dims[0], dims[2], dims[3], dims[1]]
+    return np.random.default_rng(0).random(dims, dtype=np.float32)
+
+
 def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
                         samples_nhwc: np.ndarray | None) -> OnnxToTF:
     """Convert with onnx2tf into `workdir/saved_model`; raise ConversionError on failure."""
@@ -222,6 +243,8 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
     out = workdir / "saved_model"
     log = io.StringIO()
     shapes = fixed_shapes(handle)
+    if samples_nhwc is None and shapes:
+        samples_nhwc = stand_in_images(shapes)
     private = private_copy(handle.path, workdir)
     static = static_onnx(handle, workdir, shapes, log, private)
     check_convertible(static or private)

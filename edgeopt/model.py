@@ -70,6 +70,20 @@ class ModelHandle:
         return (self.path.name if self.path.is_dir() else self.path.stem) or "model"
 
 
+def batch_axis(shape: tuple[int, ...]) -> int | None:
+    """The axis of an input (or output) declared shape that counts samples; -1 marks a
+    dynamic dimension. None for a scalar (rank 0): one value for every sample, such as
+    silero-vad's sample rate `sr`. Axis 0 when it is dynamic or 1; else the one dynamic
+    axis (a recurrent state [layers, N, units]); else axis 0.
+    """
+    if not shape:
+        return None
+    if shape[0] < 0 or shape[0] == 1:
+        return 0
+    dynamic = [i for i, d in enumerate(shape) if d < 0]
+    return dynamic[0] if len(dynamic) == 1 else 0
+
+
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """`name:1,3,224,224` -> ('name', (1, 3, 224, 224))."""
     name, sep, dims = text.rpartition(":")

@@ -30,7 +30,7 @@ from edgeopt.compress import CompressSettings, compress_model, write_model
 from edgeopt.config import BuildConfig, primary_device
 from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
-from edgeopt.data import Dataset, DataSpec, load_data, permuted
+from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import DeviceProfile, load_profile
@@ -444,6 +444,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     check_path_length(output / f"{handle.stem}.{config.format}")  # the bundle's model file
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = _build_data(config, handle)
+    handle, calib, fixed = shapes_from_data(handle, calib)
+    for note in fixed:
+        progress(note)
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work
         check_labels_file(config.labels, handle)
     keras_model = None

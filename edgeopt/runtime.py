@@ -21,6 +21,7 @@ from edgeopt.errors import ConversionError, EdgeoptError, first_line
 from edgeopt.model import (
     ModelHandle,
     TensorSpec,
+    batch_axis,
     load_keras,
     saved_model_signature_fn,
     tflite_interpreter,
@@ -72,6 +73,8 @@ class TFLiteRunner:
                               for detail in self.output_details]
 
     def _set_input(self, detail: dict, value: np.ndarray) -> None:
+        value = in_model_layout(value, tuple(int(d) for d in detail.get(
+            "shape_signature", detail["shape"])))
         dtype = np.dtype(detail["dtype"])
         scale, zero_point = detail["quantization"]
         if dtype.kind in "iu" and scale and value.dtype.kind == "f":
@@ -100,6 +103,25 @@ class TFLiteRunner:
                 raise ConversionError(f"LiteRT failed to run the model: {exc}") from exc
             per_sample.append([batch_first(self._get_output(d), 1) for d in self.output_details])
         return [np.concatenate(outs) for outs in zip(*per_sample)]
+
+
+def in_model_layout(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A batch-first chunk (edgeopt.data keeps samples first) as a model input of declared
+    `shape` (-1 dynamic) takes it: a scalar input gets the chunk's one value, an input that
+    counts samples on another axis (a recurrent state [layers, N, units]) gets them there."""
+    if not shape:
+        return value.reshape(-1)[0] if value.size else value.reshape(())
+    if value.ndim != len(shape) or _fits(value.shape, shape):
+        return value
+    for axis in range(1, value.ndim):
+        moved = np.moveaxis(value, 0, axis)
+        if _fits(moved.shape, shape):
+            return moved
+    return value
+
+
+def _fits(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
+    return all(d < 0 or d == s for s, d in zip(shape, declared))
 
 
 def batch_first(array: np.ndarray, count: int) -> np.ndarray:
@@ -220,10 +242,42 @@ def ort_run(session, feeds: dict, outputs: list[str] | None = None) -> list:
 ORT_BATCH = 64
 
 
+def _declared(ort_input) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (ort_input.shape or ()))
+
+
 def ort_batch(session) -> int:
-    """The batch an onnxruntime session takes: its fixed batch dimension, else ORT_BATCH."""
-    fixed = [i.shape[0] for i in session.get_inputs() if i.shape and isinstance(i.shape[0], int)]
+    """The batch an onnxruntime session takes: its fixed batch dimension (on each input's
+    batch axis), else ORT_BATCH."""
+    fixed = []
+    for spec in session.get_inputs():
+        shape = _declared(spec)
+        axis = batch_axis(shape)
+        if axis is not None and shape[axis] > 0:
+            fixed.append(shape[axis])
     return fixed[0] if fixed else ORT_BATCH
+
+
+def _ort_feed(session, feeds: dict[str, np.ndarray], start: int, step: int) -> dict:
+    """One chunk of batch-first samples, each input in the layout the session declares."""
+    feed = {}
+    for spec in session.get_inputs():
+        shape = _declared(spec)
+        chunk = feeds[spec.name][start:start + step]
+        axis = batch_axis(shape)
+        if axis is None:
+            chunk = chunk.reshape(-1)[0] if chunk.size else chunk.reshape(())
+            chunk = np.asarray(chunk)
+        elif axis:
+            chunk = np.moveaxis(chunk, 0, axis)
+        feed[spec.name] = chunk
+    return feed
+
+
+def _varying_scalar(session, feeds: dict[str, np.ndarray]) -> bool:
+    """A scalar input whose value changes between samples: one sample per run."""
+    return any(not spec.shape and len(np.unique(feeds[spec.name])) > 1
+               for spec in session.get_inputs())
 
 
 def ort_run_batches(session, feeds: dict[str, np.ndarray],
@@ -232,12 +286,11 @@ def ort_run_batches(session, feeds: dict[str, np.ndarray],
     deadline; one float32 array per output. The deadline is a ConversionError;
     onnxruntime's own errors propagate, or become `error` ("could not run the model on
     these inputs") when one is given."""
-    names = [i.name for i in session.get_inputs()]
     count = len(next(iter(feeds.values())))
-    step = ort_batch(session)
+    step = 1 if _varying_scalar(session, feeds) else ort_batch(session)
     try:
         chunks = [[batch_first(out, min(step, count - start)) for out in
-                   ort_run(session, {n: feeds[n][start:start + step] for n in names})]
+                   ort_run(session, _ort_feed(session, feeds, start, step))]
                   for start in range(0, count, step)]
     except EdgeoptError:
         raise
