@@ -14,6 +14,7 @@ import numpy as np
 
 from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
 from edgeopt.converters.tf_source import TFSource, from_keras, from_saved_model, run_converter
+from edgeopt.converters.tflite_shapes import with_static_inputs
 from edgeopt.errors import ConversionError
 from edgeopt.model import ModelHandle, load_keras, tflite_interpreter
 from edgeopt.runtime import match_input_names, match_outputs, signature_output_keys
@@ -91,13 +92,25 @@ def _nhwc_samples(handle: ModelHandle, samples: dict[str, np.ndarray] | None):
     return None
 
 
+def _fixed_shapes(handle: ModelHandle) -> dict[str, tuple[int, ...]]:
+    """The inputs whose every dimension --input-shape or the data fixed (batch 1 if dynamic)."""
+    shapes = {}
+    for spec in handle.inputs:
+        dims = tuple(1 if i == 0 and d < 0 else d for i, d in enumerate(spec.shape))
+        if dims and all(d > 0 for d in dims):
+            shapes[spec.name] = dims
+    return shapes
+
+
 def to_float_tflite(handle: ModelHandle, workdir: Path,
                     samples: dict[str, np.ndarray] | None = None,
                     keras_model=None) -> FloatConversion:
     """Convert `handle` to a float32 `.tflite`; TensorFlow is imported only here."""
     if handle.format == "tflite":
         tflite = handle.path.read_bytes()
-        return FloatConversion(tflite, None, {}, tuple(None for _ in handle.outputs), "none")
+        fixed = with_static_inputs(tflite, _fixed_shapes(handle))
+        converter = "none" if fixed == tflite else "none (dynamic inputs made static)"
+        return FloatConversion(fixed, None, {}, tuple(None for _ in handle.outputs), converter)
     if handle.format == "onnx":
         converted = onnx_to_saved_model(handle, workdir, _nhwc_samples(handle, samples))
         source = TFSource(converted.saved_model_dir)

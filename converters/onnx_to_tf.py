@@ -159,6 +159,8 @@ def _failed_node(exc: BaseException, log: str, path: Path) -> str:
 
 def _reason(exc: BaseException, log: str) -> str:
     """The exception's own words; for a bare sys.exit, onnx2tf's first ERROR line."""
+    if isinstance(exc, KeyError):  # onnx2tf's tensor table lacks a tensor a node reads
+        return f"onnx2tf lost track of tensor {exc} (its graph bookkeeping failed there)"
     if not isinstance(exc, SystemExit):
         text = first_line(exc)
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]

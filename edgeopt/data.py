@@ -156,13 +156,16 @@ def shapes_from_data(handle: ModelHandle,
     fixed, notes = [], []
     for spec in handle.inputs:
         array = data.arrays.get(spec.name)
-        dynamic = any(d < 0 for d in spec.shape[1:])
+        axis = batch_axis(spec.shape) or 0
+        dynamic = any(d < 0 for i, d in enumerate(spec.shape) if i != axis)
         if not dynamic or array is None or array.ndim != len(spec.shape):
             fixed.append(spec)
             continue
-        shape = (spec.shape[0], *(int(d) for d in array.shape[1:]))
+        dims = [int(d) for d in array.shape[1:]]  # the data keeps samples first
+        dims.insert(axis, spec.shape[axis])
+        shape = tuple(dims)
         fixed.append(TensorSpec(spec.name, shape, spec.dtype, spec.quantization))
-        shown = [1 if spec.shape[0] < 0 else spec.shape[0], *shape[1:]]
+        shown = [1 if i == axis and d < 0 else d for i, d in enumerate(shape)]
         notes.append(f"input '{spec.name}' {_shape_text(spec.shape)} is dynamic: built for "
                      f"{shown}, the shape of {data.source} (--input-shape {spec.name}:"
                      f"{','.join(str(d) for d in shown)} to choose another)")

@@ -62,7 +62,8 @@ class TFLiteRunner:
 
     def __init__(self, model: Path | bytes, source_input_names: list[str] | None = None,
                  num_threads: int | None = None):
-        self.interpreter = tflite_interpreter(model, num_threads=num_threads)
+        self.interpreter = tflite_interpreter(model, num_threads=num_threads,
+                                              unprepared_ok=True)
         self.input_details = self.interpreter.get_input_details()
         self.output_details = self.interpreter.get_output_details()
         names = source_input_names or [d["name"] for d in self.input_details]
