@@ -236,6 +236,12 @@ def stand_in_images(shapes: list[str]) -> np.ndarray:
     return np.random.default_rng(0).random(dims, dtype=np.float32)
 
 
+def _kept(handle: ModelHandle) -> list[str]:
+    """Inputs onnx2tf must not transpose as if channels-first: a recurrent state counting
+    samples on axis 1 ([2, N, 128]) became [2, 128, N], and its LSTM refused the state."""
+    return [s.name for s in handle.inputs if len(s.shape) > 1 and batch_axis(s.shape)]
+
+
 def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
                         samples_nhwc: np.ndarray | None) -> OnnxToTF:
     """Convert with onnx2tf into `workdir/saved_model`; raise ConversionError on failure."""
@@ -257,7 +263,7 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
                 input_onnx_file_path=str(static or private), output_folder_path=str(out),
                 overwrite_input_shape=None if static else shapes, output_signaturedefs=True,
                 copy_onnx_input_output_names_to_tflite=True, non_verbose=True,
-                not_use_onnxsim=True)
+                not_use_onnxsim=True, keep_shape_absolutely_input_names=_kept(handle) or None)
     except ConversionError:
         raise
     except (Exception, SystemExit) as exc:  # onnx2tf raises anything, and sys.exit()s

@@ -220,3 +220,75 @@ def test_scalar_and_state_inputs_load_and_run(tmp_path):
     direct = ort.InferenceSession(str(model)).run(None, {**raw, "gain": np.array(3.0, "f4")})
     np.testing.assert_allclose(y, direct[0], rtol=1e-6)
     np.testing.assert_allclose(state, np.moveaxis(direct[1], 1, 0), rtol=1e-6)
+
+
+def _time_major_onnx(path, steps: int = 6) -> None:
+    """x [1, T, 4] -> MatMul -> Transpose -> y [T, 1, 5]: a CTC recognizer's time-major
+    output (ddddocr's [T, N, C]), batch on axis 1."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((4, 5)).astype("float32"), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="matmul_1"),
+             helper.make_node("Transpose", ["m"], ["y"], name="time_major", perm=[1, 0, 2])]
+    graph = helper.make_graph(
+        nodes, "ctc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, steps, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, 1, 5])], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_time_major_output_compared_per_sample(tmp_path, run_cli):
+    """Class 1 (ddddocr): an output whose batch is not axis 0 is put samples-first by
+    every runner, so the parity check compares each sample with itself (the old code
+    sliced time steps as if they were samples: shape (60, 1, C) against (3, 1, C))."""
+    model, data, out = tmp_path / "ctc.onnx", tmp_path / "calib.npz", tmp_path / "out"
+    _time_major_onnx(model)
+    np.savez(data, x=np.random.default_rng(3).random((20, 6, 4), dtype=np.float32))
+    result = run_cli("build", model, "--device", "pixel-npu", "--calib", data, "-o", out,
+                     "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["conversion"]["parity"]["cosine"] > 0.9999
+    assert manifest["conversion"]["parity"]["samples"] == manifest["data"]["evaluation_samples"]
+
+
+def _dynamic_tflite(path) -> None:
+    """A .tflite on a [-1, -1] signal whose placeholder shape [1, 1] its CONV_2D cannot
+    prepare (openWakeWord's melspectrogram)."""
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import tensorflow as tf
+
+    kernel = tf.constant(np.random.default_rng(0).standard_normal((1, 5, 1, 2)), tf.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32, name="signal")])
+    def frames(signal):
+        x = tf.reshape(signal, [1, 1, -1, 1])
+        return tf.nn.relu(tf.nn.conv2d(x, kernel, strides=[1, 1, 1, 1], padding="VALID"))
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [frames.get_concrete_function()], frames)
+    path.write_bytes(converter.convert())
+
+
+def test_dynamic_tflite_made_static_at_the_data_shape(tmp_path, run_cli):
+    """Class 5: a .tflite that does not prepare at its placeholder shape loads, is fixed
+    to the data's shape, and the artifact is static and runs."""
+    from edgeopt.runtime import TFLiteRunner
+
+    model, data, out = tmp_path / "mel.tflite", tmp_path / "calib.npz", tmp_path / "out"
+    _dynamic_tflite(model)
+    signal = np.random.default_rng(4).random((20, 40), dtype=np.float32)
+    from edgeopt.model import load_model
+
+    name = load_model(model).inputs[0].name
+    np.savez(data, **{name: signal})
+    result = run_cli("build", model, "--device", "pixel-npu", "--calib", data, "-o", out,
+                     "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    runner = TFLiteRunner(out / manifest["model"]["file"], [name])
+    assert [int(d) for d in runner.input_details[0]["shape_signature"]] == [1, 40]
+    assert runner.run({name: signal[:2]})[0].shape == (2, 1, 36, 2)
