@@ -385,9 +385,10 @@ class LayoutAdapter:
     def output_order(self) -> list[int] | None:
         """The converted model's output index for each source output (None: as it is)."""
         keys = getattr(self.runner, "output_keys", None)
-        if not self.source_outputs or keys is None:
+        shapes = getattr(self.runner, "output_shapes", None)
+        if not self.source_outputs or keys is None or shapes is None:
             return None
-        return match_outputs(self.source_outputs, keys, self.runner.output_shapes,
+        return match_outputs(self.source_outputs, keys, shapes,
                              getattr(self.runner, "output_names", None))
 
     @property
