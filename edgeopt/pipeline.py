@@ -276,7 +276,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "model": {"file": file_name, "format": artifact.format,
                   "sha256": hashlib.sha256(artifact.content).hexdigest(),
                   "size_bytes": len(artifact.content)},
-        "inputs": _io_records(specs.inputs, handle.inputs),
+        "inputs": _io_records(specs.inputs, handle.inputs, _input_order(artifact, handle)),
         "outputs": _io_records(specs.outputs, handle.outputs,
                                getattr(artifact.runner, "output_order", None)),
         "device": {"name": profile.name, "kind": profile.kind, "delegate": profile.delegate,
@@ -335,6 +335,14 @@ def _accuracy_notes(validation: Validation) -> list[str]:
         notes.append(f"{validation.metric} dropped by {-validation.delta:.3f} "
                      f"({validation.reference:.4f} -> {validation.value:.4f})")
     return notes
+
+
+def _input_order(artifact: Artifact, handle: ModelHandle) -> list[int] | None:
+    """The artifact's input index for each source input, as its runner pairs them by name."""
+    names = list(getattr(artifact.runner, "input_names", None) or [])
+    if sorted(names) != sorted(s.name for s in handle.inputs):
+        return None
+    return [names.index(s.name) for s in handle.inputs]
 
 
 def _io_records(artifact_specs, source_specs, order: list[int] | None = None) -> list[dict]:
