@@ -154,7 +154,9 @@ class TFLiteCapture:
             for detail in wanted:
                 pending[detail["name"]].append(self._read(detail))
             if (i + 1) % batch_size == 0 or i + 1 == count:
-                yield {name: np.concatenate(values) for name, values in pending.items()}
+                # a scalar activation (rank 0) is one value per sample
+                yield {name: np.concatenate([np.atleast_1d(v) for v in values])
+                       for name, values in pending.items()}
                 pending = {name: [] for name in pending}
 
     def _invoke(self, feeds: dict[int, np.ndarray]) -> None:

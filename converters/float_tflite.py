@@ -14,8 +14,10 @@ import numpy as np
 
 from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
 from edgeopt.converters.tf_source import TFSource, from_keras, from_saved_model, run_converter
+from edgeopt.converters.tflite_shapes import with_static_inputs
 from edgeopt.errors import ConversionError
 from edgeopt.model import ModelHandle, load_keras, tflite_interpreter
+from edgeopt.runtime import match_input_names, match_outputs, signature_output_keys
 
 
 @dataclass(frozen=True)
@@ -51,18 +53,24 @@ def _inverse(perm: tuple[int, ...] | None) -> tuple[int, ...] | None:
 
 
 def layouts(handle: ModelHandle, tflite: bytes) -> tuple[dict, tuple]:
-    """Read the converted model's IO shapes and link them to the source's layouts."""
+    """Read the converted model's IO shapes and link them to the source's layouts: inputs
+    by name, outputs as `match_outputs` pairs them (never by position alone)."""
     interpreter = tflite_interpreter(tflite)
     ins = interpreter.get_input_details()
     outs = interpreter.get_output_details()
+    names = match_input_names([s.name for s in handle.inputs], [d["name"] for d in ins])
+    by_name = dict(zip(names, ins))
     input_perms = {}
-    for spec, detail in zip(handle.inputs, ins):
-        perm = _perm_between(spec.shape, tuple(int(d) for d in detail["shape"]))
-        if perm is not None:
+    for spec in handle.inputs:
+        detail = by_name.get(spec.name)
+        perm = detail and _perm_between(spec.shape, tuple(int(d) for d in detail["shape"]))
+        if perm:
             input_perms[spec.name] = perm
-    output_perms = tuple(
-        _inverse(_perm_between(spec.shape, tuple(int(d) for d in detail["shape"])))
-        for spec, detail in zip(handle.outputs, outs))
+    shapes = [tuple(int(d) for d in detail["shape"]) for detail in outs]
+    order = match_outputs(handle.outputs, signature_output_keys(interpreter, outs), shapes,
+                          [d["name"] for d in outs])
+    output_perms = tuple(_inverse(_perm_between(spec.shape, shapes[j]))
+                         for spec, j in zip(handle.outputs, order))
     return input_perms, output_perms
 
 
@@ -84,22 +92,34 @@ def _nhwc_samples(handle: ModelHandle, samples: dict[str, np.ndarray] | None):
     return None
 
 
+def _fixed_shapes(handle: ModelHandle) -> dict[str, tuple[int, ...]]:
+    """The inputs whose every dimension --input-shape or the data fixed (batch 1 if dynamic)."""
+    shapes = {}
+    for spec in handle.inputs:
+        dims = tuple(1 if i == 0 and d < 0 else d for i, d in enumerate(spec.shape))
+        if dims and all(d > 0 for d in dims):
+            shapes[spec.name] = dims
+    return shapes
+
+
 def to_float_tflite(handle: ModelHandle, workdir: Path,
                     samples: dict[str, np.ndarray] | None = None,
                     keras_model=None) -> FloatConversion:
     """Convert `handle` to a float32 `.tflite`; TensorFlow is imported only here."""
     if handle.format == "tflite":
         tflite = handle.path.read_bytes()
-        return FloatConversion(tflite, None, {}, tuple(None for _ in handle.outputs), "none")
+        fixed = with_static_inputs(tflite, _fixed_shapes(handle))
+        converter = "none" if fixed == tflite else "none (dynamic inputs made static)"
+        return FloatConversion(fixed, None, {}, tuple(None for _ in handle.outputs), converter)
     if handle.format == "onnx":
         converted = onnx_to_saved_model(handle, workdir, _nhwc_samples(handle, samples))
         source = TFSource(converted.saved_model_dir)
         name = f"onnx2tf {_version('onnx2tf')} + TFLiteConverter"
     elif handle.format == "keras":
-        source = from_keras(keras_model or load_keras(handle.path), workdir)
+        source = from_keras(keras_model or load_keras(handle.path), workdir, handle.inputs)
         name = "TFLiteConverter (Keras)"
     elif handle.format == "saved_model":
-        source = from_saved_model(handle.path, workdir)
+        source = from_saved_model(handle.path, workdir, handle.inputs)
         name = "TFLiteConverter (SavedModel)"
     else:
         raise ConversionError(f"cannot convert a {handle.format} model to .tflite")

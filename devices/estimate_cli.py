@@ -19,11 +19,11 @@ def _estimate(source: EstimateModel, profile: DeviceProfile) -> Estimate:
     return estimate(source.graph, profile, model=source.tflite)
 
 
-def estimate_one(model: str, device: str, precision: str = "auto"
-                 ) -> tuple[Estimate, list[str], str]:
+def estimate_one(model: str, device: str, precision: str = "auto",
+                 input_shapes: tuple[str, ...] = ()) -> tuple[Estimate, list[str], str]:
     """(estimate, notes, Edge TPU compiler log or '') of ``model`` on ``device``."""
     profile = load_profile(device)
-    source = load_estimate_model(model, profile.precision, precision)
+    source = load_estimate_model(model, profile.precision, precision, input_shapes)
     est = _estimate(source, profile)
     log = ""
     if profile.delegate == "edgetpu":
@@ -31,7 +31,7 @@ def estimate_one(model: str, device: str, precision: str = "auto"
     return est, [source.precision_note], log
 
 
-def estimate_all(model: str, precision: str = "auto"
+def estimate_all(model: str, precision: str = "auto", input_shapes: tuple[str, ...] = ()
                  ) -> tuple[dict, list[tuple[str, Estimate | None, str]]]:
     """Every shipped profile; a device that cannot run the model gets its reason instead."""
     sources: dict[str, EstimateModel] = {}
@@ -41,7 +41,8 @@ def estimate_all(model: str, precision: str = "auto"
         key = "int8" if profile.precision == "int8" else "float"
         try:
             if key not in sources:
-                sources[key] = load_estimate_model(model, profile.precision, precision)
+                sources[key] = load_estimate_model(model, profile.precision, precision,
+                                                   input_shapes)
             est = _estimate(sources[key], profile)
         except EdgeoptError as exc:
             rows.append((profile.name, None, first_line(exc)))

@@ -19,7 +19,7 @@ from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.data import DataSpec, load_data
 from edgeopt.devices.opcost import compute_dtype
 from edgeopt.graph import Graph, Quantization
-from edgeopt.model import load_model
+from edgeopt.model import load_model, with_input_shapes
 from edgeopt.quiet import library_output_to_log
 from edgeopt.runtime import make_runner, run_dataset
 from edgeopt.tflite_reader import read_tflite
@@ -53,7 +53,8 @@ def assume_int8(graph: Graph) -> Graph:
 
 
 def load_estimate_model(path: str | Path, device_precision: str,
-                        precision: str = "auto") -> EstimateModel:
+                        precision: str = "auto",
+                        input_shapes: tuple[str, ...] = ()) -> EstimateModel:
     """Read (or convert) ``path``; ``precision`` auto = the file's own for .tflite, the
     device's for other formats; int8 = always as full int8; model = as the file is."""
     path = Path(path)
@@ -62,7 +63,7 @@ def load_estimate_model(path: str | Path, device_precision: str,
         tflite = path.read_bytes()
         graph = read_tflite(path)
     else:
-        tflite = _convert(path)
+        tflite = _convert(path, input_shapes)
         graph = read_tflite(tflite)
     wanted = precision == "int8" or (precision == "auto" and path.suffix != ".tflite"
                                      and device_precision == "int8")
@@ -73,10 +74,10 @@ def load_estimate_model(path: str | Path, device_precision: str,
     return EstimateModel(path, graph, tflite, f"precision: as in {path.name}")
 
 
-def _convert(path: Path) -> bytes:
+def _convert(path: Path, input_shapes: tuple[str, ...] = ()) -> bytes:
     with tempfile.TemporaryDirectory(prefix="edgeopt-estimate-") as workdir, \
             library_output_to_log():
-        handle = load_model(path)
+        handle = with_input_shapes(load_model(path), input_shapes)
         # onnx2tf checks its conversion on sample images; the estimate needs no real ones
         samples = load_data(DataSpec("random"), handle.inputs, hold_out=False)[0].arrays
         if handle.format == "onnx":  # run once under edgeopt's deadline: onnx2tf has none

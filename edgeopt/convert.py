@@ -8,9 +8,9 @@ from pathlib import Path
 from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
-from edgeopt.data import DataSpec, load_data
+from edgeopt.data import DataSpec, load_data, shapes_from_data
 from edgeopt.errors import ConversionError
-from edgeopt.model import load_model
+from edgeopt.model import load_model, with_input_shapes
 from edgeopt.runtime import LayoutAdapter, TFLiteRunner, make_runner, run_dataset
 from edgeopt.tflite_metadata import check_labels_file, converted_with_metadata
 
@@ -18,14 +18,19 @@ PARITY_SAMPLES = 16
 
 
 def convert_to_file(model: str, output: Path, samples: str = "random",
-                    progress=lambda _msg: None, labels: str | None = None) -> dict:
-    """Convert `model` to a float `.tflite` at `output`; returns the conversion record."""
+                    progress=lambda _msg: None, labels: str | None = None,
+                    input_shapes: tuple[str, ...] = ()) -> dict:
+    """Convert `model` to a float `.tflite` at `output`; returns the conversion record.
+    `input_shapes` (--input-shape) fix dynamic dimensions; else the data's shape does."""
     check_output_path(output)
-    handle = load_model(model)
+    handle = with_input_shapes(load_model(model), input_shapes)
     if handle.format == "tflite":
         raise ConversionError(f"{model} already is a .tflite model")
     check_labels_file(labels, handle)
     data = load_data(DataSpec(samples, calib_role="sample"), handle.inputs, hold_out=False)[0]
+    handle, data, fixed = shapes_from_data(handle, data)
+    for note in fixed:
+        progress(note)
     data = data.take(slice(0, PARITY_SAMPLES))
     progress(f"running the {handle.format} model on {data.count} samples")
     reference = run_dataset(make_runner(handle), data.arrays)
@@ -34,9 +39,10 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
         conv = to_float_tflite(handle, Path(tmp), data.arrays)
     tflite = converted_with_metadata(conv.tflite, handle, conv.converter, data, labels)
     runner = LayoutAdapter(TFLiteRunner(tflite, [s.name for s in handle.inputs]),
-                           conv.input_perms, conv.output_perms)
+                           conv.input_perms, conv.output_perms, handle.outputs)
     parity = check_parity(reference, run_dataset(runner, data.arrays), conv.converter)
     write_file_atomic(output, tflite)
     return {"model": str(handle.path), "output": str(output), "converter": conv.converter,
             "size_bytes": len(tflite), "parity": parity.to_json(),
-            "parity_data": data.source, "warnings": list(data.warnings)}
+            "parity_data": data.source, "warnings": list(data.warnings),
+            "input_shapes": {s.name: list(s.shape) for s in handle.inputs}}

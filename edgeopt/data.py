@@ -38,10 +38,11 @@ from edgeopt.images import (
 )
 from edgeopt.images import shape_text as _shape_text
 from edgeopt.inputs import CAPS, read_bytes
-from edgeopt.model import TensorSpec
+from edgeopt.model import ModelHandle, TensorSpec, batch_axis
 
 __all__ = ["HOLDOUT_SHARE", "DataSpec", "Dataset", "Preprocessing", "class_names",
-           "image_layout", "load_data", "load_dataset", "permuted", "split_holdout"]
+           "image_layout", "load_data", "load_dataset", "permuted", "shapes_from_data",
+           "split_holdout"]
 
 RANDOM_SAMPLES = 32
 FEW_EVAL_SAMPLES = 30       # fewer validated samples make the accuracy figures noise
@@ -143,6 +144,36 @@ def _warn_if_few(evaluation: Dataset, where: str) -> Dataset:
     return replace(evaluation, warnings=evaluation.warnings + (warning,))
 
 
+def shapes_from_data(handle: ModelHandle,
+                     data: Dataset) -> tuple[ModelHandle, Dataset, tuple[str, ...]]:
+    """Dynamic input dimensions past the batch fixed to the data's own shape.
+
+    A model with a dynamic spatial input ([-1, -1, -1, 3]) and calibration data of one
+    shape builds for that shape rather than stopping, or writing a .tflite LiteRT cannot
+    prepare; the note (terminal and manifest) says which shape was taken from the data.
+    """
+    fixed, notes = [], []
+    for spec in handle.inputs:
+        array = data.arrays.get(spec.name)
+        axis = batch_axis(spec.shape) or 0
+        dynamic = any(d < 0 for i, d in enumerate(spec.shape) if i != axis)
+        if not dynamic or array is None or array.ndim != len(spec.shape):
+            fixed.append(spec)
+            continue
+        dims = [int(d) for d in array.shape[1:]]  # the data keeps samples first
+        dims.insert(axis, spec.shape[axis])
+        shape = tuple(dims)
+        fixed.append(TensorSpec(spec.name, shape, spec.dtype, spec.quantization))
+        shown = [1 if i == axis and d < 0 else d for i, d in enumerate(shape)]
+        notes.append(f"input '{spec.name}' {_shape_text(spec.shape)} is dynamic: built for "
+                     f"{shown}, the shape of {data.source} (--input-shape {spec.name}:"
+                     f"{','.join(str(d) for d in shown)} to choose another)")
+    if not notes:
+        return handle, data, ()
+    return (replace(handle, inputs=tuple(fixed)),
+            replace(data, warnings=data.warnings + tuple(notes)), tuple(notes))
+
+
 def permuted(arrays: dict[str, np.ndarray], perms: dict) -> dict[str, np.ndarray]:
     """Arrays moved to a converted model's layout (`perms`: input name -> axes)."""
     return {k: (np.ascontiguousarray(v.transpose(perms[k])) if k in perms else v)
@@ -155,9 +186,6 @@ def load_dataset(spec: str, inputs: tuple[TensorSpec, ...],
     """Read `spec` (a path or `random`) into arrays that fit `inputs`."""
     preprocessing = preprocessing or Preprocessing()
     for tensor in inputs:
-        if not tensor.shape:
-            raise DataError(f"input '{tensor.name}' is a scalar (rank 0); edgeopt needs a "
-                            "batch dimension on every input (re-export the model with it)")
         if 0 in tensor.shape:
             raise DataError(f"input '{tensor.name}' has a dimension of size 0 "
                             f"{_shape_text(tensor.shape)}; no data can fill it")
@@ -327,26 +355,86 @@ def _cast(array: np.ndarray, spec: TensorSpec, source: str) -> np.ndarray:
 
 
 def _fit_arrays(arrays: dict, inputs, source: str) -> tuple[dict, tuple[str, ...]]:
+    """Every array with its samples first: a recurrent state [layers, N, units] is moved
+    (the runners feed it back in the model's layout) and a scalar input's one value is
+    repeated per sample."""
     fitted, notes = {}, []
-    for spec in inputs:
-        fitted[spec.name], note = _fit_array(np.asarray(arrays[spec.name]), spec, source)
+    tensors = [spec for spec in inputs if spec.shape]
+    moved = {spec.name: _samples_first(np.asarray(arrays[spec.name]), spec) for spec in tensors}
+    count = _common_count(moved, tensors)
+    for spec in tensors:
+        array, axis = moved[spec.name]
+        if len(array) != count and array.ndim > 1:
+            array, axis = _recount(np.asarray(arrays[spec.name]), count, array, axis)
+        expected = _moved_shape(spec.shape, axis)
+        fitted[spec.name], note = _fit_array(array, replace(spec, shape=expected), source)
+        if axis:
+            note = (f"'{spec.name}' counts its samples on axis {axis} "
+                    f"{_shape_text(spec.shape)}; fed to the model in that layout")
         if note:
             notes.append(note)
     counts = {len(a) for a in fitted.values()}
     if len(counts) > 1:
         raise DataError(f"{source}: inputs have different sample counts {sorted(counts)}")
+    for spec in inputs:
+        if not spec.shape:
+            fitted[spec.name], note = _fit_scalar(np.asarray(arrays[spec.name]), spec,
+                                                  count or 1, source)
+            notes.append(note)
     return fitted, tuple(notes)
+
+
+def _samples_first(array: np.ndarray, spec: TensorSpec) -> tuple[np.ndarray, int]:
+    axis = batch_axis(spec.shape) or 0
+    if axis and array.ndim == len(spec.shape):
+        return np.moveaxis(array, axis, 0), axis
+    return array, 0
+
+
+def _common_count(moved: dict, tensors: list[TensorSpec]) -> int | None:
+    """The sample count of the inputs whose samples are on axis 0 (the most common)."""
+    counts = [len(moved[s.name][0]) for s in tensors if moved[s.name][0].ndim]
+    return max(set(counts), key=counts.count) if counts else None
+
+
+def _recount(original: np.ndarray, count: int | None, array: np.ndarray, axis: int):
+    """An input whose declared shape hid its sample axis (--input-shape state:2,16,128):
+    the one axis as long as the other inputs' sample count."""
+    axes = [i for i, d in enumerate(original.shape) if d == count]
+    if len(axes) == 1:
+        return np.moveaxis(original, axes[0], 0), axes[0]
+    return array, axis
+
+
+def _moved_shape(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    return shape if not axis else (shape[axis], *shape[:axis], *shape[axis + 1:])
+
+
+def _fit_scalar(array: np.ndarray, spec: TensorSpec, count: int,
+                source: str) -> tuple[np.ndarray, str]:
+    """A scalar input's value per sample: one value for all, or one per sample."""
+    if array.ndim == 0:
+        values = np.full((count,), array.item())
+    elif array.ndim == 1 and len(array) == count:
+        values = array
+    else:
+        raise DataError(f"{source}: input '{spec.name}' is a scalar (rank 0): give one "
+                        f"value, or one per sample ({count}), not shape {tuple(array.shape)}")
+    values = _cast(values, spec, source)
+    shown = values[0].item() if len(set(values.tolist())) == 1 else "per sample"
+    return values, f"'{spec.name}' is a scalar input: {shown} for every sample"
 
 
 def _random_dataset(inputs, seed: int) -> Dataset:
     rng = np.random.default_rng(seed)
     arrays = {}
     for spec in inputs:
-        if any(d < 0 for d in spec.shape[1:]):
+        axis = batch_axis(spec.shape) or 0
+        if any(d < 0 for i, d in enumerate(spec.shape) if i != axis):
             raise DataError(f"--calib random cannot invent a size for the dynamic dimensions "
                             f"of input '{spec.name}' {_shape_text(spec.shape)}; fix them with "
                             f"--input-shape {spec.name}:1,... or give real data")
-        shape = (RANDOM_SAMPLES,) + tuple(spec.shape[1:])
+        shape = (RANDOM_SAMPLES,) + _moved_shape(spec.shape, axis)[1:]
         dtype = _numpy_dtype(spec)
         size = math.prod(shape) * dtype.itemsize
         if size > MAX_TENSOR_BYTES:

@@ -17,7 +17,7 @@ from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.delegates import place_for_device
 from edgeopt.devices.profile import all_profiles, load_profile
 from edgeopt.graph import Graph
-from edgeopt.model import ModelHandle, load_model
+from edgeopt.model import ModelHandle, load_model, with_input_shapes
 from edgeopt.onnx_reader import read_onnx
 from edgeopt.tflite_reader import read_tflite
 
@@ -56,8 +56,10 @@ def graph_of(handle: ModelHandle) -> tuple[Graph, str]:
     return read_tflite(conversion.tflite), f"its float .tflite conversion ({conversion.converter})"
 
 
-def inspect_model(path: str, device: str | None = None) -> dict:
-    handle = load_model(path)
+def inspect_model(path: str, device: str | None = None,
+                  input_shapes: tuple[str, ...] = ()) -> dict:
+    """The inspection record; `input_shapes` (--input-shape) fix dynamic dimensions."""
+    handle = with_input_shapes(load_model(path), input_shapes)
     graph, read_from = graph_of(handle)
     placement = placement_record(handle, device) if device else {}
     return {

@@ -70,6 +70,20 @@ class ModelHandle:
         return (self.path.name if self.path.is_dir() else self.path.stem) or "model"
 
 
+def batch_axis(shape: tuple[int, ...]) -> int | None:
+    """The axis of an input (or output) declared shape that counts samples; -1 marks a
+    dynamic dimension. None for a scalar (rank 0): one value for every sample, such as
+    silero-vad's sample rate `sr`. Axis 0 when it is dynamic or 1; else the one dynamic
+    axis (a recurrent state [layers, N, units]); else axis 0.
+    """
+    if not shape:
+        return None
+    if shape[0] < 0 or shape[0] == 1:
+        return 0
+    dynamic = [i for i, d in enumerate(shape) if d < 0]
+    return dynamic[0] if len(dynamic) == 1 else 0
+
+
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """`name:1,3,224,224` -> ('name', (1, 3, 224, 224))."""
     name, sep, dims = text.rpartition(":")
@@ -238,11 +252,14 @@ def _onnx_signature(path: Path):
 # --- TFLite -----------------------------------------------------------------------------
 
 def tflite_interpreter(path_or_bytes: Path | bytes, num_threads: int | None = None,
-                       default_delegates: bool = True):
+                       default_delegates: bool = True, unprepared_ok: bool = False):
     """A LiteRT interpreter with tensors allocated; bad flatbuffers become ModelLoadError.
 
     Without the default (XNNPACK) delegate, allocating plans the memory but touches none of
-    it: enough to read the signature and the shapes LiteRT propagates."""
+    it: enough to read the signature and the shapes LiteRT propagates. A model with dynamic
+    inputs may not prepare at its placeholder shape (openWakeWord's melspectrogram declares
+    [-1, -1] with a [1, 1] default its CONV_2D cannot take); with `unprepared_ok` it comes
+    back unallocated, to be resized to real data first."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     source = (
@@ -251,13 +268,33 @@ def tflite_interpreter(path_or_bytes: Path | bytes, num_threads: int | None = No
     )
     if not default_delegates:
         source["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    interpreter = None
     try:
         interpreter = Interpreter(**source, num_threads=num_threads)
         interpreter.allocate_tensors()
     except (ValueError, RuntimeError) as exc:
+        if unprepared_ok and interpreter is not None and _dynamic_inputs(interpreter):
+            return interpreter
         first = first_line(exc)
-        raise ModelLoadError(f"LiteRT cannot load the model: {first}") from exc
+        raise ModelLoadError(f"LiteRT cannot load the model: {first}{_dynamic_hint(interpreter)}"
+                             ) from exc
     return interpreter
+
+
+def _dynamic_inputs(interpreter) -> list[dict]:
+    return [d for d in interpreter.get_input_details()
+            if any(int(s) < 0 for s in d.get("shape_signature", ())[1:])]
+
+
+def _dynamic_hint(interpreter) -> str:
+    """Why a model with dynamic inputs did not prepare, and what to give."""
+    dynamic = _dynamic_inputs(interpreter) if interpreter is not None else []
+    if not dynamic:
+        return ""
+    named = ", ".join(f"'{d['name']}' {[int(s) for s in d['shape_signature']]}"
+                      for d in dynamic)
+    return (f" (dynamic input {named} does not prepare at its placeholder shape; give data "
+            "of a fixed shape or --input-shape)")
 
 
 def _tflite_spec(detail: dict) -> TensorSpec:
@@ -274,7 +311,7 @@ def _tflite_spec(detail: dict) -> TensorSpec:
 
 def _tflite_signature(path: Path):
     _check_tflite_buffer(path)
-    interpreter = tflite_interpreter(path, default_delegates=False)
+    interpreter = tflite_interpreter(path, default_delegates=False, unprepared_ok=True)
     try:
         _check_prepared_sizes(interpreter, path)
         return ([_tflite_spec(d) for d in interpreter.get_input_details()],

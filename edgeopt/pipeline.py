@@ -30,7 +30,7 @@ from edgeopt.compress import CompressSettings, compress_model, write_model
 from edgeopt.config import BuildConfig, primary_device
 from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
-from edgeopt.data import Dataset, DataSpec, load_data, permuted
+from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import DeviceProfile, load_profile
@@ -106,7 +106,8 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
     names = [s.name for s in handle.inputs]
 
     def runner_for(content: bytes):
-        return LayoutAdapter(TFLiteRunner(content, names), conv.input_perms, conv.output_perms)
+        return LayoutAdapter(TFLiteRunner(content, names), conv.input_perms, conv.output_perms,
+                             handle.outputs)
 
     conversion = {"converter": conv.converter, "float_tflite_bytes": len(conv.tflite),
                   "batch_fixed_to_1": bool(conv.tf_source and conv.tf_source.batch_fixed),
@@ -275,8 +276,9 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "model": {"file": file_name, "format": artifact.format,
                   "sha256": hashlib.sha256(artifact.content).hexdigest(),
                   "size_bytes": len(artifact.content)},
-        "inputs": _io_records(specs.inputs, handle.inputs),
-        "outputs": _io_records(specs.outputs, handle.outputs),
+        "inputs": _io_records(specs.inputs, handle.inputs, _input_order(artifact, handle)),
+        "outputs": _io_records(specs.outputs, handle.outputs,
+                               getattr(artifact.runner, "output_order", None)),
         "device": {"name": profile.name, "kind": profile.kind, "delegate": profile.delegate,
                    "description": profile.description},
         "recipe": {"scheme": config.scheme, "method": artifact.method,
@@ -335,11 +337,21 @@ def _accuracy_notes(validation: Validation) -> list[str]:
     return notes
 
 
-def _io_records(artifact_specs, source_specs) -> list[dict]:
-    """Artifact IO under the source model's names, with the runtime's own tensor names."""
+def _input_order(artifact: Artifact, handle: ModelHandle) -> list[int] | None:
+    """The artifact's input index for each source input, as its runner pairs them by name."""
+    names = list(getattr(artifact.runner, "input_names", None) or [])
+    if sorted(names) != sorted(s.name for s in handle.inputs):
+        return None
+    return [names.index(s.name) for s in handle.inputs]
+
+
+def _io_records(artifact_specs, source_specs, order: list[int] | None = None) -> list[dict]:
+    """Artifact IO under the source model's names, with the runtime's own tensor names;
+    `order` pairs each source output with its artifact output (the converter reorders)."""
     records = []
-    for index, (spec, source) in enumerate(zip(artifact_specs, source_specs)):
-        record = spec.to_json()
+    order = order or list(range(len(source_specs)))
+    for source, index in zip(source_specs, order):
+        record = artifact_specs[index].to_json()
         records.append({"name": source.name, "tensor_name": record.pop("name"),
                         "index": index, **record})
     return records
@@ -440,6 +452,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     check_path_length(output / f"{handle.stem}.{config.format}")  # the bundle's model file
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = _build_data(config, handle)
+    handle, calib, fixed = shapes_from_data(handle, calib)
+    for note in fixed:
+        progress(note)
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work
         check_labels_file(config.labels, handle)
     keras_model = None

@@ -31,9 +31,9 @@ from edgeopt.calibration.recipes import load_recipe
 from edgeopt.calibration.report import render_layer_chart
 from edgeopt.choices import RangeMethod, values
 from edgeopt.converters.float_tflite import to_float_tflite
-from edgeopt.data import DataSpec, load_data, permuted
+from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
-from edgeopt.model import load_model, tflite_interpreter
+from edgeopt.model import load_model, tflite_interpreter, with_input_shapes
 from edgeopt.tflite_metadata import check_labels_file, with_quantize_metadata
 
 Progress = Callable[[str], None]
@@ -94,6 +94,7 @@ class QuantizeRequest:
     bias_correction: bool = True
     report: str | None = None               # also write an HTML page with the layer chart
     labels: str | None = None               # class names packed into a .tflite's metadata
+    input_shapes: tuple[str, ...] = ()      # --input-shape NAME:DIMS fixes dynamic dims
 
 
 def build_config(request: QuantizeRequest) -> QuantConfig:
@@ -140,10 +141,13 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     if request.report:
         check_output_path(request.report)
     config = build_config(request)
-    handle = load_model(request.model)
+    handle = with_input_shapes(load_model(request.model), request.input_shapes)
     if output.suffix != ".onnx":
         check_labels_file(request.labels, handle)
     calib, evaluation = _data(handle, request)
+    handle, calib, fixed = shapes_from_data(handle, calib)
+    for note in fixed:
+        (progress or (lambda _msg: None))(note)
     if output.suffix == ".onnx":
         if handle.format != "onnx":
             raise ConfigError(f"-o {output.name}: an .onnx output needs an .onnx model "

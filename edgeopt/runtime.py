@@ -18,7 +18,14 @@ import numpy as np
 
 from edgeopt.deadline import run_deadline
 from edgeopt.errors import ConversionError, EdgeoptError, first_line
-from edgeopt.model import ModelHandle, load_keras, saved_model_signature_fn, tflite_interpreter
+from edgeopt.model import (
+    ModelHandle,
+    TensorSpec,
+    batch_axis,
+    load_keras,
+    saved_model_signature_fn,
+    tflite_interpreter,
+)
 
 
 class ModelRunner(Protocol):
@@ -55,13 +62,20 @@ class TFLiteRunner:
 
     def __init__(self, model: Path | bytes, source_input_names: list[str] | None = None,
                  num_threads: int | None = None):
-        self.interpreter = tflite_interpreter(model, num_threads=num_threads)
+        self.interpreter = tflite_interpreter(model, num_threads=num_threads,
+                                              unprepared_ok=True)
         self.input_details = self.interpreter.get_input_details()
         self.output_details = self.interpreter.get_output_details()
         names = source_input_names or [d["name"] for d in self.input_details]
-        self.input_names = _match_names(names, [d["name"] for d in self.input_details])
+        self.input_names = match_input_names(names, [d["name"] for d in self.input_details])
+        self.output_keys = signature_output_keys(self.interpreter, self.output_details)
+        self.output_names = [d["name"] for d in self.output_details]
+        self.output_shapes = [tuple(int(d) for d in detail["shape"])
+                              for detail in self.output_details]
 
     def _set_input(self, detail: dict, value: np.ndarray) -> None:
+        value = in_model_layout(value, tuple(int(d) for d in detail.get(
+            "shape_signature", detail["shape"])))
         dtype = np.dtype(detail["dtype"])
         scale, zero_point = detail["quantization"]
         if dtype.kind in "iu" and scale and value.dtype.kind == "f":
@@ -88,8 +102,114 @@ class TFLiteRunner:
                 self.interpreter.invoke()
             except RuntimeError as exc:
                 raise ConversionError(f"LiteRT failed to run the model: {exc}") from exc
-            per_sample.append([self._get_output(d) for d in self.output_details])
+            per_sample.append([batch_first(self._get_output(d), 1) for d in self.output_details])
         return [np.concatenate(outs) for outs in zip(*per_sample)]
+
+
+def in_model_layout(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A batch-first chunk (edgeopt.data keeps samples first) as a model input of declared
+    `shape` (-1 dynamic) takes it: a scalar input gets the chunk's one value, an input that
+    counts samples on another axis (a recurrent state [layers, N, units]) gets them there."""
+    if not shape:
+        return value.reshape(-1)[0] if value.size else value.reshape(())
+    if value.ndim != len(shape) or _fits(value.shape, shape):
+        return value
+    for axis in range(1, value.ndim):
+        moved = np.moveaxis(value, 0, axis)
+        if _fits(moved.shape, shape):
+            return moved
+    return value
+
+
+def _fits(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
+    return all(d < 0 or d == s for s, d in zip(shape, declared))
+
+
+def batch_first(array: np.ndarray, count: int) -> np.ndarray:
+    """One run's output for `count` samples, with the samples on axis 0.
+
+    Most models put the batch first; a time-major sequence model (a CTC recognizer's
+    [T, N, C]) or a recurrent state ([layers, N, units]) does not, and concatenating such
+    outputs along axis 0 mixed time steps with samples. The batch axis is axis 0 when its
+    size is `count`, else the one axis of that size; an output with none (its batch
+    squeezed away) of a single sample gains one.
+    """
+    shape = array.shape
+    if shape and shape[0] == count:
+        return array
+    axes = [i for i, d in enumerate(shape) if d == count]
+    if axes and (count == 1 or len(axes) == 1):
+        return np.moveaxis(array, axes[0], 0)
+    if count == 1:
+        return array[np.newaxis]
+    raise ConversionError(f"an output of shape {list(shape)} for {count} samples has no "
+                          "batch axis edgeopt can find")
+
+
+def signature_output_keys(interpreter, details: list[dict]) -> list[str]:
+    """Each output's SignatureDef name (the converter's `output_0`, or the ONNX/Keras
+    name), in `details` order; its tensor name where the model has no signature."""
+    by_index = {}
+    try:
+        signatures = interpreter._get_full_signature_list() or {}
+    except (AttributeError, RuntimeError, ValueError):  # an old LiteRT, a broken signature
+        signatures = {}
+    if len(signatures) == 1 or "serving_default" in signatures:
+        chosen = signatures.get("serving_default") or next(iter(signatures.values()))
+        by_index = {int(index): name for name, index in chosen.get("outputs", {}).items()}
+    return [by_index.get(int(d["index"]), d["name"]) for d in details]
+
+
+def _base_name(name: str) -> str:
+    name = name.removeprefix("serving_default_").removesuffix(":0")
+    return "".join(c if c.isalnum() else "_" for c in name).lower()
+
+
+def _shape_fits(source: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Same rank, and every static source dimension past the batch is in the converted
+    shape (a layout move permutes the axes)."""
+    if len(source) != len(shape):
+        return False
+    remaining = list(shape[1:])
+    for dim in source[1:]:
+        if dim < 0:
+            continue
+        if dim not in remaining:
+            return False
+        remaining.remove(dim)
+    return True
+
+
+def match_outputs(source: tuple[TensorSpec, ...] | list[TensorSpec], keys: list[str],
+                  shapes: list[tuple[int, ...]],
+                  tensor_names: list[str] | None = None) -> list[int]:
+    """For each source output, the index of ITS output in a converted model.
+
+    The TFLite converter orders a model's outputs its own way (mtcnn's ONet came out
+    landmarks, box, score), so position says nothing. Matched, in turn: by name (the
+    SignatureDef key or tensor name against the source name); by the converter's own
+    SignatureDef names `output_N`, which number the source's outputs; by a shape only one
+    converted output has; what is left, by position.
+    """
+    if len(source) != len(keys):
+        raise ConversionError(f"the converted model has {len(keys)} outputs, the source "
+                              f"{len(source)}")
+    numbered = {f"output_{i}" for i in range(len(keys))}
+    names = tensor_names or keys
+    rules = [lambda i, j: _base_name(source[i].name) in (_base_name(keys[j]),
+                                                         _base_name(names[j])),
+             lambda i, j: set(keys) == numbered and keys[j] == f"output_{i}",
+             lambda i, j: _shape_fits(source[i].shape, shapes[j])]
+    order: dict[int, int] = {}
+    for rule in rules:
+        for i in range(len(source)):
+            if i in order:
+                continue
+            free = [j for j in range(len(keys)) if j not in order.values() and rule(i, j)]
+            if len(free) == 1:
+                order[i] = free[0]
+    left = iter(j for j in range(len(keys)) if j not in order.values())
+    return [order[i] if i in order else next(left) for i in range(len(source))]
 
 
 def ort_run(session, feeds: dict, outputs: list[str] | None = None) -> list:
@@ -123,10 +243,42 @@ def ort_run(session, feeds: dict, outputs: list[str] | None = None) -> list:
 ORT_BATCH = 64
 
 
+def _declared(ort_input) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (ort_input.shape or ()))
+
+
 def ort_batch(session) -> int:
-    """The batch an onnxruntime session takes: its fixed batch dimension, else ORT_BATCH."""
-    fixed = [i.shape[0] for i in session.get_inputs() if i.shape and isinstance(i.shape[0], int)]
+    """The batch an onnxruntime session takes: its fixed batch dimension (on each input's
+    batch axis), else ORT_BATCH."""
+    fixed = []
+    for spec in session.get_inputs():
+        shape = _declared(spec)
+        axis = batch_axis(shape)
+        if axis is not None and shape[axis] > 0:
+            fixed.append(shape[axis])
     return fixed[0] if fixed else ORT_BATCH
+
+
+def _ort_feed(session, feeds: dict[str, np.ndarray], start: int, step: int) -> dict:
+    """One chunk of batch-first samples, each input in the layout the session declares."""
+    feed = {}
+    for spec in session.get_inputs():
+        shape = _declared(spec)
+        chunk = feeds[spec.name][start:start + step]
+        axis = batch_axis(shape)
+        if axis is None:
+            chunk = chunk.reshape(-1)[0] if chunk.size else chunk.reshape(())
+            chunk = np.asarray(chunk)
+        elif axis:
+            chunk = np.moveaxis(chunk, 0, axis)
+        feed[spec.name] = chunk
+    return feed
+
+
+def _varying_scalar(session, feeds: dict[str, np.ndarray]) -> bool:
+    """A scalar input whose value changes between samples: one sample per run."""
+    return any(not spec.shape and len(np.unique(feeds[spec.name])) > 1
+               for spec in session.get_inputs())
 
 
 def ort_run_batches(session, feeds: dict[str, np.ndarray],
@@ -135,11 +287,11 @@ def ort_run_batches(session, feeds: dict[str, np.ndarray],
     deadline; one float32 array per output. The deadline is a ConversionError;
     onnxruntime's own errors propagate, or become `error` ("could not run the model on
     these inputs") when one is given."""
-    names = [i.name for i in session.get_inputs()]
     count = len(next(iter(feeds.values())))
-    step = ort_batch(session)
+    step = 1 if _varying_scalar(session, feeds) else ort_batch(session)
     try:
-        chunks = [ort_run(session, {n: feeds[n][start:start + step] for n in names})
+        chunks = [[batch_first(out, min(step, count - start)) for out in
+                   ort_run(session, _ort_feed(session, feeds, start, step))]
                   for start in range(0, count, step)]
     except EdgeoptError:
         raise
@@ -220,11 +372,24 @@ class SavedModelRunner:
 
 @dataclass(frozen=True)
 class LayoutAdapter:
-    """Feeds data in the source model's layout to a converted model with other layouts."""
+    """Feeds data in the source model's layout to a converted model with other layouts,
+    and gives its outputs back in the source's order (`source_outputs`, matched by
+    `match_outputs`) and layout (`output_perms`, in source order)."""
 
     runner: ModelRunner
     input_perms: dict[str, tuple[int, ...]]
     output_perms: tuple[tuple[int, ...] | None, ...] = ()
+    source_outputs: tuple[TensorSpec, ...] = ()
+
+    @property
+    def output_order(self) -> list[int] | None:
+        """The converted model's output index for each source output (None: as it is)."""
+        keys = getattr(self.runner, "output_keys", None)
+        shapes = getattr(self.runner, "output_shapes", None)
+        if not self.source_outputs or keys is None or shapes is None:
+            return None
+        return match_outputs(self.source_outputs, keys, shapes,
+                             getattr(self.runner, "output_names", None))
 
     @property
     def label(self) -> str:
@@ -238,11 +403,14 @@ class LayoutAdapter:
         moved = {k: (v.transpose(self.input_perms[k]) if k in self.input_perms else v)
                  for k, v in feeds.items()}
         outputs = self.runner.run(moved)
+        order = self.output_order
+        if order is not None:
+            outputs = [outputs[j] for j in order]
         perms = list(self.output_perms) + [None] * (len(outputs) - len(self.output_perms))
         return [o if p is None else o.transpose(p) for o, p in zip(outputs, perms)]
 
 
-def _match_names(source_names: list[str], model_names: list[str]) -> list[str]:
+def match_input_names(source_names: list[str], model_names: list[str]) -> list[str]:
     """Map each model input to a source input name (TFLite prefixes `serving_default_`)."""
     def base(name: str) -> str:
         return name.removeprefix("serving_default_").split(":")[0]

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from edgeopt.cli.shared import PATH, emit_json, example, json_option, step_progress
+from edgeopt.cli.shared import (
+    PATH,
+    emit_json,
+    example,
+    input_shape_option,
+    json_option,
+    step_progress,
+)
 from edgeopt.convert import convert_to_file
 from edgeopt.quiet import library_output_to_log
 from edgeopt.summary import size_text
@@ -22,11 +29,14 @@ from edgeopt.summary import size_text
               "normalisation).")
 @click.option("--labels", type=PATH, default=None, help="Class names, one per line, packed "
               "into the .tflite as its TFLite-metadata label file.")
+@input_shape_option
 @json_option
-def command(model: str, output: str, calib: str, labels: str | None, as_json: bool) -> None:
+def command(model: str, output: str, calib: str, labels: str | None,
+            input_shapes: tuple[str, ...], as_json: bool) -> None:
     """Convert MODEL to a float .tflite and check it against the source."""
     with library_output_to_log(), step_progress(as_json) as progress:
-        record = convert_to_file(model, Path(output), calib, progress, labels=labels)
+        record = convert_to_file(model, Path(output), calib, progress, labels=labels,
+                                 input_shapes=tuple(input_shapes))
     if as_json:
         return emit_json(record)
     p = record["parity"]

@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from edgeopt.choices import EstimatePrecision
-from edgeopt.cli.shared import PATH, choice, device_option, emit_json, example, json_option
+from edgeopt.cli.shared import (
+    PATH,
+    choice,
+    device_option,
+    emit_json,
+    example,
+    input_shape_option,
+    json_option,
+)
 from edgeopt.devices.estimate_cli import estimate_all, estimate_one
 from edgeopt.devices.render import render_comparison, render_estimate
 
@@ -23,13 +31,15 @@ ALL = "all"
               "int8: as full int8.")
 @click.option("--top", type=click.IntRange(min=0), default=0,
               help="Show only the N slowest ops (text output).")
+@input_shape_option
 @json_option
-def command(model: str, device: str, precision: str, top: int, as_json: bool) -> None:
+def command(model: str, device: str, precision: str, top: int, input_shapes: tuple[str, ...],
+            as_json: bool) -> None:
     """Estimate latency and energy of MODEL on a device, per op, before touching it."""
     if device == ALL:
-        record, results = estimate_all(model, precision)
+        record, results = estimate_all(model, precision, tuple(input_shapes))
         return emit_json(record) if as_json else click.echo(render_comparison(results))
-    est, notes, log = estimate_one(model, device, precision)
+    est, notes, log = estimate_one(model, device, precision, tuple(input_shapes))
     if as_json:
         return emit_json({**est.to_json(), "model": str(model), "notes": [*notes, *est.notes]})
     click.echo(render_estimate(est, top, notes))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from edgeopt.cli.shared import PATH, device_option, emit_json, example, json_option
+from edgeopt.cli.shared import (
+    PATH,
+    device_option,
+    emit_json,
+    example,
+    input_shape_option,
+    json_option,
+)
 from edgeopt.inspect import inspect_model, render_inspection
 from edgeopt.quiet import library_output_to_log
 
@@ -13,11 +20,13 @@ from edgeopt.quiet import library_output_to_log
 @click.argument("model", type=PATH)
 @device_option("Also show which ops run where on this device, and why the others fall back; "
                "'all' gives one line per device.")
+@input_shape_option
 @json_option
-def command(model: str, device: str | None, as_json: bool) -> None:
+def command(model: str, device: str | None, input_shapes: tuple[str, ...],
+            as_json: bool) -> None:
     """Format, inputs and outputs, op histogram, parameters, MACs and size of MODEL."""
     with library_output_to_log():
-        record = inspect_model(model, device)
+        record = inspect_model(model, device, tuple(input_shapes))
     if as_json:
         return emit_json(record)
     click.echo(render_inspection(record))

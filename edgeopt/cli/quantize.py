@@ -13,6 +13,7 @@ from edgeopt.cli.shared import (
     choice,
     emit_json,
     example,
+    input_shape_option,
     json_option,
     normalisation_options,
     step_progress,
@@ -55,13 +56,15 @@ from edgeopt.quiet import library_output_to_log
               "layer chart.")
 @click.option("--dry-run", is_flag=True, help="Print the resolved config, with where each "
               "flag's value came from, and exit.")
+@input_shape_option
 @json_option
 @click.pass_context
 def command(ctx: click.Context, dry_run: bool, as_json: bool, no_bias_correction: bool,
-            block_size: str | None, **options) -> None:
+            block_size: str | None, input_shapes: tuple[str, ...], **options) -> None:
     """Quantize MODEL with edgeopt's calibration core and check it in the real runtime."""
     request = QuantizeRequest(**options, bias_correction=not no_bias_correction,
-                              block_size=int(block_size) if block_size else None)
+                              block_size=int(block_size) if block_size else None,
+                              input_shapes=tuple(input_shapes))
     if dry_run:
         return emit_json({**build_config(request).to_json(), "sources": sources(ctx)})
     with library_output_to_log(), step_progress(as_json) as progress:
