@@ -89,7 +89,7 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
                     keras_model=None) -> FloatConversion:
     """Convert `handle` to a float32 `.tflite`; TensorFlow is imported only here."""
     if handle.format == "tflite":
-        tflite = handle.path.read_bytes()
+        tflite = handle.tflite_bytes()  # fp16 weights folded, ... (tflite_prepare)
         return FloatConversion(tflite, None, {}, tuple(None for _ in handle.outputs), "none")
     if handle.format == "onnx":
         converted = onnx_to_saved_model(handle, workdir, _nhwc_samples(handle, samples))

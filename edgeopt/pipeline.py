@@ -117,7 +117,8 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         parity = check_parity([r[:count] for r in reference], float_out, conv.converter)
         conversion["parity"] = parity.to_json()
     else:
-        conversion["note"] = "input was already a float .tflite: no conversion"
+        conversion["note"] = "; ".join(["input was already a float .tflite: no conversion",
+                                        *handle.preparation])
     progress(f"quantizing ({scheme}, ranges: {config.method})")
     arrays = permuted(calib.arrays, conv.input_perms)
     if config.method == "converter":

@@ -117,7 +117,7 @@ def _data(handle, request: QuantizeRequest):
 def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
     """The float .tflite and the permutations from the source layout to its layout."""
     if handle.format == "tflite":
-        return handle.path.read_bytes(), {}
+        return handle.tflite_bytes(), {}
     samples = {k: v[:8] for k, v in calib.arrays.items()}
     conversion = to_float_tflite(handle, workdir, samples)
     return conversion.tflite, dict(conversion.input_perms)
