@@ -35,6 +35,8 @@ from edgeopt.data import DataSpec, load_data, permuted
 from edgeopt.errors import ConfigError
 from edgeopt.model import load_model, tflite_interpreter
 from edgeopt.tflite_metadata import check_labels_file, with_quantize_metadata
+from edgeopt.tflite_prepare import given_scheme
+from edgeopt.tflite_reader import read_tflite
 
 Progress = Callable[[str], None]
 RANGE_METHODS = values(RangeMethod, RangeMethod.CONVERTER)
@@ -117,7 +119,13 @@ def _data(handle, request: QuantizeRequest):
 def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
     """The float .tflite and the permutations from the source layout to its layout."""
     if handle.format == "tflite":
-        return handle.tflite_bytes(), {}
+        content = handle.tflite_bytes()
+        given = given_scheme(read_tflite(content))
+        if given is not None:
+            raise ConfigError(f"the .tflite is already quantized ({given}: integer weights and "
+                              "activations); `edgeopt quantize` needs the float model "
+                              f"(`edgeopt build --scheme {given}` ships this one as given)")
+        return content, {}
     samples = {k: v[:8] for k, v in calib.arrays.items()}
     conversion = to_float_tflite(handle, workdir, samples)
     return conversion.tflite, dict(conversion.input_perms)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import ConversionError, ModelLoadError, first_line
+from edgeopt.graph import Graph
 
 _TRANSPOSE_CONV_BIAS = "Convolution2DTransposeBias"
 # TfLitePadding (the C enum MediaPipe's custom options hold) -> schema Padding names.
@@ -33,6 +34,8 @@ _C_PADDING = {1: "SAME", 2: "VALID"}
 # How close the prepared model's outputs must stay to the original's (fp32 rounding only).
 _RTOL = 1e-3
 _ATOL = 1e-4
+# Against a dynamic-range original, which rounds activations to int8 as it runs.
+_HYBRID_SQNR_DB = 20.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ def prepare_tflite(content: bytes) -> PreparedTFLite:
     for subgraph in model.subgraphs or []:
         _rewrite_transpose_conv_bias(model, subgraph, counts)
         _fold_constants(model, subgraph, counts)
+        _dequantize_hybrid_weights(model, subgraph, counts)
         _drop_unused_tensors(model, subgraph)
     _drop_unused_buffers(model)
     _drop_unused_opcodes(model)
@@ -67,7 +71,9 @@ def prepare_tflite(content: bytes) -> PreparedTFLite:
     if not counts:
         return PreparedTFLite(content)
     prepared = _pack(model)
-    verified = _verify(content, prepared)
+    # LiteRT runs int8 weights of float ops "hybrid", rounding the activations to int8 on
+    # the fly: the float graph then agrees with the original only to that rounding.
+    verified = _verify(content, prepared, exact=not counts["hybrid"])
     return PreparedTFLite(prepared, (*_notes(counts), verified))
 
 
@@ -254,6 +260,49 @@ def _fold_one(model: Any, subgraph: Any, op: Any, name: str) -> str | None:
     return f"{kind} DEQUANTIZE"
 
 
+# Float ops that LiteRT runs "hybrid" (dynamic range) when their weight input is int8:
+# (activation input, weight input).
+_HYBRID_INPUTS = {"CONV_2D": (0, 1), "DEPTHWISE_CONV_2D": (0, 1), "FULLY_CONNECTED": (0, 1),
+                  "BATCH_MATMUL": (0, 1), "TRANSPOSE_CONV": (2, 1)}
+
+
+def _dequantize_hybrid_weights(model: Any, subgraph: Any, counts: Counter) -> None:
+    """A dynamic-range model's int8 weights (fed straight to a float op) become float32
+    constants holding the same values: the float graph the quantizers start from."""
+    done: dict[int, int] = {}
+    for op in subgraph.operators or []:
+        slots = _HYBRID_INPUTS.get(_opcode_name(model, op)[0])
+        if slots is None or len(op.inputs) <= max(slots) or min(op.inputs[s] for s in slots) < 0:
+            continue
+        activation, position = slots
+        weight_index = int(op.inputs[position])
+        weight = subgraph.tensors[weight_index]
+        if _type_name(subgraph.tensors[op.inputs[activation]].type) != "FLOAT32" \
+                or _type_name(weight.type) not in ("INT8", "UINT8", "INT16"):
+            continue
+        if weight_index not in done:
+            values = _constant(model, weight)
+            result = _dequantized(weight, values) if values is not None else None
+            if result is None:
+                continue
+            done[weight_index] = _float_copy(model, subgraph, weight, result)
+            counts["hybrid"] += 1
+        inputs = [int(i) for i in op.inputs]
+        inputs[position] = done[weight_index]
+        op.inputs = inputs
+
+
+def _float_copy(model: Any, subgraph: Any, tensor: Any, values: np.ndarray) -> int:
+    """A new float32 constant tensor beside `tensor`, same name and shape; returns its index."""
+    schema = _schema()
+    copy = schema.TensorT()
+    copy.name, copy.shape, copy.type = tensor.name, tensor.shape, schema.TensorType.FLOAT32
+    copy.shapeSignature = tensor.shapeSignature
+    _set_constant(model, copy, values)
+    subgraph.tensors.append(copy)
+    return len(subgraph.tensors) - 1
+
+
 # --------------------------------------------------------------------------- custom op
 
 def _rewrite_transpose_conv_bias(model: Any, subgraph: Any, counts: Counter) -> None:
@@ -408,6 +457,9 @@ def _notes(counts: Counter) -> list[str]:
         noun = "weights" if kind.endswith("DEQUANTIZE") else "weights (stored sparse)"
         target = "float32" if kind.endswith("DEQUANTIZE") else "dense"
         notes.append(f"folded {counts[kind]} {kind} {noun} to {target} constants")
+    if counts["hybrid"]:
+        notes.append(f"dequantized {counts['hybrid']} int8 weights of a dynamic-range model to "
+                     "float32 constants (they keep their int8 rounding)")
     if counts["transpose_conv_bias"]:
         notes.append(f"rewrote {counts['transpose_conv_bias']} MediaPipe custom op(s) "
                      f"{_TRANSPOSE_CONV_BIAS} as builtin TRANSPOSE_CONV with bias")
@@ -446,9 +498,9 @@ def _outputs(interpreter, feeds: list[np.ndarray]) -> list[np.ndarray]:
     return [interpreter.get_tensor(d["index"]).copy() for d in interpreter.get_output_details()]
 
 
-def _verify(original: bytes, prepared: bytes) -> str:
-    """Run both models on one seeded random input; the outputs must agree. Returns the note
-    saying how the rewrite was checked."""
+def _verify(original: bytes, prepared: bytes, exact: bool = True) -> str:
+    """Run both models on one seeded random input; the outputs must agree (to fp32 rounding,
+    or when not `exact` to _HYBRID_SQNR_DB). Returns the note saying how it was checked."""
     try:
         after = _interpreter(prepared)
     except (ValueError, RuntimeError) as exc:
@@ -468,6 +520,8 @@ def _verify(original: bytes, prepared: bytes) -> str:
     if before is None:
         return _check_shapes(original, new)
     old = _outputs(before, feeds)
+    if not exact:
+        return _check_close(old, new)
     for index, (a, b) in enumerate(zip(old, new)):
         scale = float(np.max(np.abs(a))) if a.size else 0.0
         if a.shape != b.shape or not np.allclose(a, b, rtol=_RTOL, atol=_ATOL * max(scale, 1.0)):
@@ -477,6 +531,24 @@ def _verify(original: bytes, prepared: bytes) -> str:
                                   f"{index} (max difference {diff:.3g}, shape {list(b.shape)}); "
                                   "quantize the original float model instead")
     return "checked: the rewritten model gives the original's outputs under LiteRT"
+
+
+def _sqnr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    signal = float(np.sum(np.square(reference, dtype=np.float64)))
+    noise = float(np.sum(np.square(reference.astype(np.float64) - other)))
+    return float("inf") if noise == 0 else 10 * np.log10(max(signal, 1e-30) / noise)
+
+
+def _check_close(old: list[np.ndarray], new: list[np.ndarray]) -> str:
+    worst = min((_sqnr_db(a, b) for a, b in zip(old, new) if a.shape == b.shape),
+                default=float("-inf"))
+    if worst < _HYBRID_SQNR_DB or any(a.shape != b.shape for a, b in zip(old, new)):
+        raise ConversionError(f"the float graph edgeopt made of the dynamic-range .tflite "
+                              f"departs from it (output SQNR {worst:.1f} dB, under "
+                              f"{_HYBRID_SQNR_DB:.0f} dB); quantize the original float model "
+                              "instead")
+    return (f"checked: the float graph agrees with the original under LiteRT to its int8 "
+            f"activation rounding (output SQNR {worst:.1f} dB on a random input)")
 
 
 def _check_shapes(original: bytes, outputs: list[np.ndarray]) -> str:
@@ -489,3 +561,25 @@ def _check_shapes(original: bytes, outputs: list[np.ndarray]) -> str:
                               f"shapes {got}, the file declares {declared}")
     return ("checked: output shapes match the file's (LiteRT cannot run the original's "
             "custom op, so its values could not be compared)")
+
+
+# --------------------------------------------------------------------------- quantized input
+
+_WEIGHT_OPS = {"CONV_2D": (0, 1), "DEPTHWISE_CONV_2D": (0, 1), "FULLY_CONNECTED": (0, 1),
+               "BATCH_MATMUL": (0, 1), "TRANSPOSE_CONV": (2, 1), "CONV_3D": (0, 1)}
+_BITS = {"int4": 4, "int8": 8, "uint8": 8, "int16": 16}
+
+
+def given_scheme(graph: Graph) -> str | None:
+    """The scheme an already integer model was quantized to ('w8a8', 'w8a16'...), read from
+    its weight ops' weights and activations; None for a float model."""
+    found = set()
+    for op in graph.ops:
+        slots = _WEIGHT_OPS.get(op.op)
+        if slots is None or len(op.inputs) <= max(slots) or min(op.inputs[s] for s in slots) < 0:
+            continue
+        activation, weight = (graph.tensor(op.inputs[s]) for s in slots)
+        if weight.dtype in _BITS and weight.quantization is not None \
+                and activation.dtype in _BITS:
+            found.add(f"w{_BITS[weight.dtype]}a{_BITS[activation.dtype]}")
+    return "+".join(sorted(found)) or None
