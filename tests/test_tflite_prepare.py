@@ -8,6 +8,8 @@ through `edgeopt quantize`'s own path; before edgeopt.tflite_prepare each one fa
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -234,3 +236,68 @@ def test_a_plain_float_model_is_read_as_it_is(tiny_float_tflite):
     prepared = prepare_tflite(content)
     assert prepared.content == content and not prepared.changed
     assert load_model(tiny_float_tflite).prepared is None
+
+
+# --- already quantized: dynamic range (weights only) and full integer ---------------------
+
+def _dense_net():
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((32,), name="features")
+    x = keras.layers.Dense(64, activation="relu")(inputs)  # 2048 weights: the converter
+    outputs = keras.layers.Dense(40)(x)                    # quantizes tensors of >= 1024
+    return keras.Model(inputs, outputs)
+
+
+def _quantized_tflite(full_integer: bool) -> bytes:
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(_dense_net())
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if full_integer:
+        rng = np.random.default_rng(9)
+        converter.representative_dataset = lambda: (
+            [rng.random((1, 32), np.float32)] for _ in range(16))
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = converter.inference_output_type = tf.int8
+    return converter.convert()
+
+
+def test_dynamic_range_model_is_read_as_its_float_graph_and_quantizes(tmp_path):
+    original = _quantized_tflite(full_integer=False)
+    graph = read_tflite(original)
+    assert any(t.is_constant and t.dtype == "int8" for t in graph.tensors)
+    prepared = prepare_tflite(original)
+    assert not any(t.is_constant and t.dtype == "int8"
+                   for t in read_tflite(prepared.content).tensors)
+    assert any("dynamic-range" in n for n in prepared.notes)
+    assert any("activation rounding" in n for n in prepared.notes)
+    _quantize(tmp_path, original, (1, 32))
+
+
+def test_full_integer_model_builds_as_given_and_quantize_says_what_to_do(tmp_path, run_cli):
+    from conftest import assert_user_error
+
+    model, calib = tmp_path / "kws_int8.tflite", tmp_path / "calib.npz"
+    model.write_bytes(_quantized_tflite(full_integer=True))
+    name = load_model(model).inputs[0].name
+    samples = np.random.default_rng(10).integers(-128, 128, (40, 32)).astype(np.int8)
+    np.savez(calib, **{name: samples})  # the int8 input's own codes, as an app feeds it
+    result = run_cli("build", model, "--device", "pixel-npu", "--calib", calib,
+                     "-o", tmp_path / "dist", "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((tmp_path / "dist" / "manifest.json").read_text())
+    assert manifest["recipe"]["scheme"] == "w8a8 (as given)"
+    assert manifest["validation"]["cosine"] == pytest.approx(1.0)
+    assert manifest["placement"] is not None and manifest["estimate"] is not None
+    assert (tmp_path / "dist" / "kws_int8.tflite").read_bytes() != b""
+    other = run_cli("build", model, "--device", "host-cpu", "--calib", calib, "--scheme",
+                    "fp16", "-o", tmp_path / "dist16")
+    assert other.exit_code == 2 and "already quantized" in other.stderr
+    quantized = run_cli("quantize", model, "--calib", calib, "-o", tmp_path / "q.tflite")
+    assert_user_error(quantized, "already quantized (w8a8")
+    assert not (tmp_path / "q.tflite").exists()
