@@ -166,8 +166,11 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     write_file_atomic(output, result.model)
     if request.report:
         write_file_atomic(request.report, report_page(result))
-    return {"output": str(output), "source": {"file": str(handle.path), "format":
-            handle.format, "size_bytes": handle.size_bytes}, **result.to_json()}
+    source = {"file": str(handle.path), "format": handle.format,
+              "size_bytes": handle.size_bytes}
+    if handle.preparation:  # what was rewritten before quantizing (edgeopt.tflite_prepare)
+        source["prepared"] = list(handle.preparation)
+    return {"output": str(output), "source": source, **result.to_json()}
 
 
 def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
@@ -213,6 +216,7 @@ def summary(record: dict) -> str:
     if worst:
         lines.append(f"worst layer {worst[0]['layer']} ({worst[0]['precision']}): "
                      f"SQNR {_fmt(worst[0]['sqnr_db'])} dB")
+    lines += [f"prepared  {n}" for n in (record.get("source") or {}).get("prepared", [])]
     lines += [f"warning   {w}" for w in record.get("warnings", [])]
     return "\n".join(lines)
 

@@ -100,7 +100,8 @@ def test_fp16_weights_behind_dequantize_fold_and_quantize(tmp_path, sparse):
     x = np.random.default_rng(3).random((1, 8, 8, 3), np.float32)
     np.testing.assert_allclose(_run(prepared.content, x)[0], _run(original, x)[0],
                                rtol=1e-5, atol=1e-6)
-    _quantize(tmp_path, original, (1, 8, 8, 3))
+    record = _quantize(tmp_path, original, (1, 8, 8, 3))
+    assert any("fp16 DEQUANTIZE" in n for n in record["source"]["prepared"])
 
 
 def test_dense_float_model_from_sparse_weights_matches(tmp_path):
