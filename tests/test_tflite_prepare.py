@@ -16,6 +16,7 @@ import pytest
 from edgeopt.calibration.tflite_buffers import float_constants
 from edgeopt.devices.tflite_writer import GraphWriter, options
 from edgeopt.errors import ConversionError
+from edgeopt.inspect import inspect_model
 from edgeopt.model import load_model, tflite_interpreter
 from edgeopt.quantize import QuantizeRequest, quantize_file
 from edgeopt.tflite_prepare import _verify, prepare_tflite
@@ -216,6 +217,9 @@ def test_transpose_conv_bias_custom_op_becomes_builtin_transpose_conv(tmp_path):
     path = tmp_path / "seg.tflite"
     path.write_bytes(original)
     assert load_model(path).outputs[0].shape == (1, 8, 8, 2)
+    record = inspect_model(str(path))
+    assert record["op_histogram"] == {"TRANSPOSE_CONV": 1}
+    assert "as prepared" in record["graph_read_from"]
     _quantize(tmp_path, original, (1, 4, 4, 3))
 
 
