@@ -157,6 +157,23 @@ def test_repeated_tensor_names_are_made_unique(tmp_path):
     assert record["scheme"] == "w8a8"
 
 
+def test_unnamed_tensors_are_named(tmp_path):
+    original = _fc_graph(weight_only=False, duplicate_names=False)
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(original, 0))
+    model.subgraphs[0].tensors[1].name = None  # once an AttributeError in ai-edge-quantizer
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    unnamed = bytes(builder.Output())
+    prepared = prepare_tflite(unnamed)
+    assert all(t.name for t in read_tflite(prepared.content).tensors)
+    assert any("named 1 unnamed" in n for n in prepared.notes)
+    _quantize(tmp_path, unnamed, (1, 6))
+
+
 def test_signature_names_stay_when_tensors_are_renamed():
     from ai_edge_litert import schema_py_generated as schema
 
