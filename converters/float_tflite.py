@@ -107,7 +107,7 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
                     keras_model=None) -> FloatConversion:
     """Convert `handle` to a float32 `.tflite`; TensorFlow is imported only here."""
     if handle.format == "tflite":
-        tflite = handle.path.read_bytes()
+        tflite = handle.tflite_bytes()  # fp16 weights folded, ... (tflite_prepare)
         fixed = with_static_inputs(tflite, _fixed_shapes(handle))
         converter = "none" if fixed == tflite else "none (dynamic inputs made static)"
         return FloatConversion(fixed, None, {}, tuple(None for _ in handle.outputs), converter)

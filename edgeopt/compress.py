@@ -313,7 +313,7 @@ def _baseline_tflite(handle, compressed: Compressed, workdir: Path) -> bytes | N
         return write_model(Compressed(compressed.trainable, compressed.trainable.model,
                                       {"pattern": "structured"}), "tflite", workdir)
     if handle.format == "tflite":
-        return handle.path.read_bytes()
+        return handle.tflite_bytes()
     if handle.format == "keras":
         return run_converter(from_keras(load_keras(handle.path), workdir).converter(),
                              "the teacher")

@@ -25,7 +25,7 @@ from edgeopt.tflite_reader import read_tflite
 def _tflite_bytes(handle: ModelHandle) -> bytes:
     """The .tflite a device would run: the file itself, or the float conversion."""
     if handle.format == "tflite":
-        return handle.path.read_bytes()
+        return handle.tflite_bytes()
     with tempfile.TemporaryDirectory(prefix="edgeopt-inspect-") as tmp:
         return to_float_tflite(handle, Path(tmp)).tflite
 
@@ -48,6 +48,9 @@ def placement_record(handle: ModelHandle, device: str) -> dict:
 def graph_of(handle: ModelHandle) -> tuple[Graph, str]:
     """The graph and what it was read from."""
     if handle.format == "tflite":
+        if handle.prepared is not None:
+            return (read_tflite(handle.prepared),
+                    f"the .tflite flatbuffer, as prepared ({'; '.join(handle.preparation)})")
         return read_tflite(handle.path), "the .tflite flatbuffer"
     if handle.format == "onnx":
         return read_onnx(handle.path), "the ONNX graph"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgeopt.errors import ModelLoadError, first_line
@@ -27,6 +27,7 @@ from edgeopt.saved_model_ops import check_saved_model_ops
 from edgeopt.shape_bounds import check_shape, check_signature
 from edgeopt.tf_env import quiet_tensorflow
 from edgeopt.tflite_ops import check_tflite_ops
+from edgeopt.tflite_prepare import prepare_tflite
 from edgeopt.tflite_reader import read_tflite
 
 FORMATS = ("onnx", "keras", "saved_model", "tflite")
@@ -60,10 +61,18 @@ class ModelHandle:
     format: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    # A .tflite rewritten into a plain float32 graph (edgeopt.tflite_prepare), and what was
+    # changed; None when the file is read as it is.
+    prepared: bytes | None = None
+    preparation: tuple[str, ...] = ()
 
     @property
     def size_bytes(self) -> int:
         return path_size(self.path)
+
+    def tflite_bytes(self) -> bytes:
+        """The .tflite every stage reads: the prepared float graph, else the file."""
+        return self.prepared if self.prepared is not None else self.path.read_bytes()
 
     @property
     def stem(self) -> str:
@@ -116,8 +125,7 @@ def with_input_shapes(handle: ModelHandle, overrides: tuple[str, ...]) -> ModelH
                                  f"{list(spec.shape)} (-1 marks the dimensions you may set)")
         check_shape(name, shape, spec.dtype, f"--input-shape {text}")
         fixed[name] = TensorSpec(spec.name, shape, spec.dtype, spec.quantization)
-    return ModelHandle(handle.path, handle.format, tuple(fixed[s.name] for s in handle.inputs),
-                       handle.outputs)
+    return replace(handle, inputs=tuple(fixed[s.name] for s in handle.inputs))
 
 
 def path_size(path: Path) -> int:
@@ -156,13 +164,34 @@ def load_model(path: str | os.PathLike) -> ModelHandle:
     fmt = detect_format(path)
     if fmt != "saved_model":  # the format's own cap, now that it is known
         check_regular(path, f"{fmt} model", ModelLoadError, CAPS[fmt])
-    reader = {"onnx": _onnx_signature, "tflite": _tflite_signature,
-              "keras": _keras_signature, "saved_model": _saved_model_signature}[fmt]
+    if fmt == "tflite":
+        return _load_tflite(path)
+    reader = {"onnx": _onnx_signature, "keras": _keras_signature,
+              "saved_model": _saved_model_signature}[fmt]
     inputs, outputs = reader(path)
+    return _handle(path, fmt, inputs, outputs)
+
+
+def _handle(path: Path, fmt: str, inputs, outputs, **prepared) -> ModelHandle:
     if not inputs or not outputs:
         raise ModelLoadError(f"{path}: the model declares no inputs or no outputs")
     check_signature([*inputs, *outputs], str(path))
-    return ModelHandle(path=path, format=fmt, inputs=tuple(inputs), outputs=tuple(outputs))
+    return ModelHandle(path=path, format=fmt, inputs=tuple(inputs), outputs=tuple(outputs),
+                       **prepared)
+
+
+def _load_tflite(path: Path) -> ModelHandle:
+    """Checked as the file is, then read as the float graph every stage sees (fp16 weights
+    folded, ...: edgeopt.tflite_prepare)."""
+    _check_tflite_buffer(path)
+    try:
+        prepared = prepare_tflite(path.read_bytes())
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{path}: {exc}") from exc
+    content = prepared.content if prepared.changed else None
+    inputs, outputs = _tflite_signature(path, content)
+    return _handle(path, "tflite", inputs, outputs, prepared=content,
+                   preparation=prepared.notes)
 
 
 # --- ONNX -------------------------------------------------------------------------------
@@ -309,9 +338,9 @@ def _tflite_spec(detail: dict) -> TensorSpec:
     return TensorSpec(detail["name"], shape, np.dtype(detail["dtype"]).name, quant)
 
 
-def _tflite_signature(path: Path):
-    _check_tflite_buffer(path)
-    interpreter = tflite_interpreter(path, default_delegates=False, unprepared_ok=True)
+def _tflite_signature(path: Path, content: bytes | None = None):
+    interpreter = tflite_interpreter(path if content is None else content,
+                                     default_delegates=False, unprepared_ok=True)
     try:
         _check_prepared_sizes(interpreter, path)
         return ([_tflite_spec(d) for d in interpreter.get_input_details()],

@@ -48,6 +48,7 @@ from edgeopt.tflite_metadata import (
     with_build_metadata,
     with_packed_files,
 )
+from edgeopt.tflite_prepare import given_scheme
 from edgeopt.tflite_reader import read_tflite
 from edgeopt.validate import Validation, compare
 
@@ -67,6 +68,7 @@ class Artifact:
     runner: object
     conversion: dict
     quant: object | None = None  # the calibration core's QuantResult, when it made the model
+    scheme: str | None = None  # what the artifact is, when not the scheme asked for
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,11 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         parity = check_parity([r[:count] for r in reference], float_out, conv.converter)
         conversion["parity"] = parity.to_json()
     else:
-        conversion["note"] = "input was already a float .tflite: no conversion"
+        conversion["note"] = "; ".join(["input was already a float .tflite: no conversion",
+                                        *handle.preparation])
+    given = given_scheme(read_tflite(conv.tflite)) if conv.tf_source is None else None
+    if given is not None:
+        return _as_given(conv.tflite, scheme, given, runner_for(conv.tflite), conversion)
     progress(f"quantizing ({scheme}, ranges: {config.method})")
     arrays = permuted(calib.arrays, conv.input_perms)
     if config.method == "converter":
@@ -131,6 +137,20 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
                              held, evaluation.labels if held else None, progress)
     return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
                     result)
+
+
+def _as_given(tflite: bytes, scheme: str, given: str, runner, conversion: dict) -> Artifact:
+    """An already integer .tflite ships as it is: placed, estimated, validated against
+    itself, bundled; asked for another scheme, the build says what to give instead."""
+    if scheme != given:
+        raise ConfigError(f"the .tflite is already quantized ({given}: integer weights and "
+                          f"activations); edgeopt builds it as given with --scheme {given}, "
+                          f"not '{scheme}'; give the float model for another scheme")
+    note = str(conversion.get("note", "")).replace("already a float .tflite",
+                                                   f"already a quantized .tflite ({given})")
+    conversion["note"] = f"{note}; shipped as given, not requantized"
+    return Artifact(tflite, "tflite", "none (quantized by the model's authors)", runner,
+                    conversion, scheme=f"{given} (as given)")
 
 
 def quant_config(config: BuildConfig, scheme: str, profile: DeviceProfile, fmt: str):
@@ -281,7 +301,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
                                getattr(artifact.runner, "output_order", None)),
         "device": {"name": profile.name, "kind": profile.kind, "delegate": profile.delegate,
                    "description": profile.description},
-        "recipe": {"scheme": config.scheme, "method": artifact.method,
+        "recipe": {"scheme": artifact.scheme or config.scheme, "method": artifact.method,
                    "io_dtype": _io_dtype(specs.inputs)},
         "accuracy": validation.accuracy_json(),
         "validation": {**validation.to_json(), "runtime": _where(artifact)},

@@ -35,6 +35,8 @@ from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
 from edgeopt.model import load_model, tflite_interpreter, with_input_shapes
 from edgeopt.tflite_metadata import check_labels_file, with_quantize_metadata
+from edgeopt.tflite_prepare import given_scheme
+from edgeopt.tflite_reader import read_tflite
 
 Progress = Callable[[str], None]
 RANGE_METHODS = values(RangeMethod, RangeMethod.CONVERTER)
@@ -118,7 +120,13 @@ def _data(handle, request: QuantizeRequest):
 def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
     """The float .tflite and the permutations from the source layout to its layout."""
     if handle.format == "tflite":
-        return handle.path.read_bytes(), {}
+        content = handle.tflite_bytes()
+        given = given_scheme(read_tflite(content))
+        if given is not None:
+            raise ConfigError(f"the .tflite is already quantized ({given}: integer weights and "
+                              "activations); `edgeopt quantize` needs the float model "
+                              f"(`edgeopt build --scheme {given}` ships this one as given)")
+        return content, {}
     samples = {k: v[:8] for k, v in calib.arrays.items()}
     conversion = to_float_tflite(handle, workdir, samples)
     return conversion.tflite, dict(conversion.input_perms)
@@ -162,8 +170,11 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     write_file_atomic(output, result.model)
     if request.report:
         write_file_atomic(request.report, report_page(result))
-    return {"output": str(output), "source": {"file": str(handle.path), "format":
-            handle.format, "size_bytes": handle.size_bytes}, **result.to_json()}
+    source = {"file": str(handle.path), "format": handle.format,
+              "size_bytes": handle.size_bytes}
+    if handle.preparation:  # what was rewritten before quantizing (edgeopt.tflite_prepare)
+        source["prepared"] = list(handle.preparation)
+    return {"output": str(output), "source": source, **result.to_json()}
 
 
 def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
@@ -209,6 +220,7 @@ def summary(record: dict) -> str:
     if worst:
         lines.append(f"worst layer {worst[0]['layer']} ({worst[0]['precision']}): "
                      f"SQNR {_fmt(worst[0]['sqnr_db'])} dB")
+    lines += [f"prepared  {n}" for n in (record.get("source") or {}).get("prepared", [])]
     lines += [f"warning   {w}" for w in record.get("warnings", [])]
     return "\n".join(lines)
 

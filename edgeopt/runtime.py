@@ -429,7 +429,7 @@ def make_runner(handle: ModelHandle, num_threads: int | None = None,
                 source_input_names: list[str] | None = None) -> ModelRunner:
     """The runner of the model's own runtime."""
     if handle.format == "tflite":
-        return TFLiteRunner(handle.path, source_input_names, num_threads)
+        return TFLiteRunner(handle.tflite_bytes(), source_input_names, num_threads)
     if handle.format == "onnx":
         return OnnxRunner(handle.path, num_threads)
     if handle.format == "keras":

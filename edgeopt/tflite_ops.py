@@ -2,7 +2,9 @@
 CALL_ONCE bodies included), builtin ops by name, custom ops as `CUSTOM:<custom code>`,
 looked up in `ops_tflite.toml`. Every builtin kernel computes on tensors; custom ops run
 whatever code is registered under their name (Flex ops run TensorFlow kernels, ReadFile
-among them), so only the pure ones LiteRT ships are listed (TFLite_Detection_PostProcess).
+among them), so only the pure ones LiteRT ships are listed (TFLite_Detection_PostProcess;
+Convolution2DTransposeBias, MediaPipe's, which the XNNPACK delegate implements and
+edgeopt.tflite_prepare rewrites as builtin TRANSPOSE_CONV).
 
     >>> tflite_ops(read_tflite("m.tflite"))          # doctest: +SKIP
     {'CONV_2D': 'operator 0 of subgraph 0', 'CUSTOM:FlexReadFile': 'operator 3 ...'}
