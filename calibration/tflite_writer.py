@@ -24,7 +24,7 @@ from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
 from edgeopt.calibration.tflite_aeq import set_io_dtype
 from edgeopt.calibration.tflite_backend import to_native
-from edgeopt.calibration.tflite_buffers import patch_constants
+from edgeopt.calibration.tflite_buffers import patch_constants, with_current_opcodes
 from edgeopt.calibration.weights import qrange
 from edgeopt.errors import ConversionError, first_line
 
@@ -135,7 +135,7 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
         return bytes(float_model)
     from ai_edge_quantizer import quantizer
 
-    patched = patch_constants(float_model, new_constants(graph, plan))
+    patched = patch_constants(with_current_opcodes(float_model), new_constants(graph, plan))
     rules = build_recipe(graph, plan)
     try:
         with quiet_libraries():
