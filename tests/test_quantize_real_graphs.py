@@ -80,3 +80,57 @@ def test_pre_3a_operator_codes_quantize_as_their_real_ops(prelu_net, calib):
             assert weight.dtype == "int8"
             assert not any(weight.quantization.zero_point)
     assert result.validation["sqnr_db"] > 20
+
+
+def _leaky_net(keras):
+    inputs = keras.Input((16, 16, 3), name="image")
+    x = keras.layers.Conv2D(8, 3, padding="same")(inputs)
+    x = keras.layers.LeakyReLU(0.2)(x)        # ai-edge-quantizer has no int8 LEAKY_RELU rule
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(4)(x))
+
+
+@pytest.fixture(scope="module")
+def leaky_keras(tmp_path_factory):
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(0)
+    path = tmp_path_factory.mktemp("leaky") / "leaky.keras"
+    _leaky_net(tf.keras).save(path)
+    data = path.with_name("calib.npz")
+    np.savez(data, image=np.random.default_rng(0).random((40, 16, 16, 3), dtype=np.float32))
+    return path, data
+
+
+def test_a_float_island_is_listed_with_its_reason(leaky_keras):
+    """Class 3, second half: the op left float between DEQUANTIZE and QUANTIZE was hidden
+    under precision_per_layer all int8."""
+    calib = {"image": np.random.default_rng(0).random((24, 16, 16, 3), dtype=np.float32)}
+    model = _keras_tflite(_leaky_net)
+    result = quantize_tflite(model, calib, QuantConfig(scheme="w8a8", method="minmax"))
+    assert [o["op"] for o in result.float_ops] == ["LEAKY_RELU"]
+    assert "no int8 rule for LEAKY_RELU" in result.float_ops[0]["reason"]
+    assert any("not full integer" in w and "LEAKY_RELU" in w for w in result.warnings)
+
+
+def test_build_lists_float_ops_and_require_full_integer_refuses(leaky_keras, run_cli, tmp_path):
+    from conftest import assert_user_error
+
+    path, data = leaky_keras
+    refused = tmp_path / "refused"
+    result = run_cli("build", path, "--device", "ethos-u55-256", "--calib", data,
+                     "--method", "minmax", "-o", refused, "--require-full-integer")
+    assert_user_error(result, "LEAKY_RELU")
+    assert not refused.exists()
+    out = tmp_path / "bundle"
+    result = run_cli("build", path, "--device", "ethos-u55-256", "--calib", data,
+                     "--method", "minmax", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    import json
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    ops = manifest["quantization"]["float_ops"]
+    assert [o["op"] for o in ops] == ["LEAKY_RELU"]
+    notes = " ".join(manifest["notes"])
+    assert "ethos-u55-256 (npu) runs int8 only: LEAKY_RELU" in notes
+    assert "Ops left in float (1)" in (out / "report.html").read_text()
