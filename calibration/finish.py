@@ -54,7 +54,7 @@ def finish(session, plan: QuantPlan, model: bytes, method: str, record: dict,
         report = layer_report(session, plan, model, check_data(session))
     islands = None
     if str(config.scheme) in FULL_INTEGER_SCHEMES:
-        islands = float_ops(model, fmt.name, WRITERS[fmt.name])
+        islands = float_ops(model, fmt.name, WRITERS[fmt.name], fmt.float_reasons(plan))
         if islands:
             session.warnings.append(float_ops_note(islands, str(config.scheme)))
     return QuantResult(model, fmt.name, str(config.scheme), method, report, plan.precisions(),

@@ -41,6 +41,10 @@ class OnnxFormat:
         self.num_threads = num_threads
         self.graph = read_graph(self.float_model)
 
+    def float_reasons(self, plan: QuantPlan) -> dict[str, str]:
+        """Ops kept float on purpose: none (onnxruntime runs QDQ Div in float anyway)."""
+        return {}
+
     def limitations(self, plan: QuantPlan) -> list[str]:
         """What this format cannot express of `plan` (said in the result's warnings)."""
         notes = []

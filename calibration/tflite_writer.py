@@ -19,6 +19,7 @@ import re
 import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision
+from edgeopt.calibration.divisors import risky_divisions
 from edgeopt.calibration.graphspec import CalibGraph, Layer
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
@@ -78,6 +79,9 @@ def build_recipe(graph: CalibGraph, plan: QuantPlan) -> list[dict]:
             for io in ("INPUT", "OUTPUT"):
                 rules.append({"regex": ".*", "operation": io, "algorithm_key": NO_QUANTIZE,
                               "op_config": {}})
+        for tensor in float_reasons(graph, plan):
+            rules.append({"regex": scope_regex(tensor), "operation": "*",
+                          "algorithm_key": NO_QUANTIZE, "op_config": {}})
     for layer in graph.layers:
         layer_plan = plan.layers.get(layer.name)
         if layer_plan is None:
@@ -88,6 +92,13 @@ def build_recipe(graph: CalibGraph, plan: QuantPlan) -> list[dict]:
         rules.append({"regex": scope_regex(layer.name), "operation": layer.op,
                       "algorithm_key": key, "op_config": config})
     return rules
+
+
+def float_reasons(graph: CalibGraph, plan: QuantPlan) -> dict[str, str]:
+    """Ops (by output tensor) the writer keeps float although the scheme is integer."""
+    if plan.mode != Mode.STATIC or not plan.quantize_rest:
+        return {}
+    return {**risky_divisions(graph, plan.activation_ranges), **plan.keep_float}
 
 
 def _weight_qsv(layer: Layer, quant) -> dict[str, np.ndarray]:

@@ -28,7 +28,7 @@ def _reason(op: str, writer: str, between: bool) -> str:
     return f"{writer} has no int8 rule for {op}: it runs in float {where}"
 
 
-def tflite_float_ops(content: bytes, writer: str) -> list[dict]:
+def tflite_float_ops(content: bytes, writer: str, reasons: dict[str, str]) -> list[dict]:
     """Ops of a `.tflite` that read or write a float activation (QUANTIZE/DEQUANTIZE, the
     conversions at the edges of an island, are not counted)."""
     graph = read_tflite(content)
@@ -42,7 +42,8 @@ def tflite_float_ops(content: bytes, writer: str) -> list[dict]:
         if any(t.dtype in _FLOAT for t in tensors):
             between = any(producers.get(i) == "DEQUANTIZE" for i in op.inputs)
             node = graph.tensor(op.outputs[0]).name if op.outputs else f"#{op.index}"
-            found.append({"op": op.op, "node": node, "reason": _reason(op.op, writer, between)})
+            reason = reasons.get(node) or _reason(op.op, writer, between)
+            found.append({"op": op.op, "node": node, "reason": reason})
     return found
 
 
@@ -54,7 +55,7 @@ def _onnx_float_names(model) -> set[str]:
     return {v.name for v in infos if v.type.tensor_type.elem_type in _ONNX_FLOAT}
 
 
-def onnx_float_ops(content: bytes, writer: str) -> list[dict]:
+def onnx_float_ops(content: bytes, writer: str, reasons: dict[str, str]) -> list[dict]:
     """Nodes of a QDQ `.onnx` whose float inputs do not come from a DequantizeLinear or
     whose float outputs reach anything but a QuantizeLinear."""
     import onnx
@@ -78,8 +79,9 @@ def onnx_float_ops(content: bytes, writer: str) -> list[dict]:
             user != "QuantizeLinear" for user in used_by.get(n, [])))]
         if loose_in or loose_out:
             between = any(made_by.get(n) == "DequantizeLinear" for n in node.input)
-            found.append({"op": node.op_type, "node": node.name or node.output[0],
-                          "reason": _reason(node.op_type, writer, between)})
+            name = node.name or node.output[0]
+            found.append({"op": node.op_type, "node": name, "reason": reasons.get(name)
+                          or _reason(node.op_type, writer, between)})
     return found
 
 
@@ -87,9 +89,11 @@ WRITERS = {"tflite": "ai-edge-quantizer", "onnx": "onnxruntime.quantization"}
 READERS = {"tflite": tflite_float_ops, "onnx": onnx_float_ops}
 
 
-def float_ops(content: bytes, fmt: str, writer: str) -> list[dict]:
-    """`[{op, node, reason}]` for every op the artifact runs in float."""
-    return READERS[fmt](content, writer)
+def float_ops(content: bytes, fmt: str, writer: str,
+              reasons: dict[str, str] | None = None) -> list[dict]:
+    """`[{op, node, reason}]` for every op the artifact runs in float; `reasons` (by node)
+    says why for the ops the writer kept float on purpose."""
+    return READERS[fmt](content, writer, reasons or {})
 
 
 def describe(ops: list[dict], limit: int = 4) -> str:

@@ -339,7 +339,9 @@ def artifact_float_ops(artifact: Artifact, config: BuildConfig) -> list[dict] | 
             raise ConfigError(f"--require-full-integer needs scheme w8a8 or w4a8, got "
                               f"'{config.scheme}'")
         return None
-    ops = float_ops(artifact.content, artifact.format, _writer(artifact))
+    quant = artifact.quant
+    ops = quant.float_ops if quant is not None and quant.float_ops is not None else \
+        float_ops(artifact.content, artifact.format, _writer(artifact))
     if config.require_full_integer:
         require_full_integer(ops, config.scheme)
     return ops

@@ -134,3 +134,29 @@ def test_build_lists_float_ops_and_require_full_integer_refuses(leaky_keras, run
     notes = " ".join(manifest["notes"])
     assert "ethos-u55-256 (npu) runs int8 only: LEAKY_RELU" in notes
     assert "Ops left in float (1)" in (out / "report.html").read_text()
+
+
+def _norm_net(keras):
+    """A layer norm written out (magika): x / (sqrt(mean(x^2)) + eps)."""
+    inputs = keras.Input((16,), name="features")
+    x = keras.layers.Dense(8, use_bias=False)(inputs)
+    norm = keras.ops.sqrt(keras.ops.mean(keras.ops.square(x), axis=-1, keepdims=True))
+    x = keras.ops.divide(x, norm + 1e-6)
+    return keras.Model(inputs, keras.layers.Dense(4)(x))
+
+
+def test_an_int8_division_by_a_near_zero_divisor_stays_float():
+    """Class 4: LiteRT's int8 DIV failed at invoke ('div.cc data[i] != zero_point') on the
+    samples whose divisor rounded to its zero point."""
+    model = _keras_tflite(_norm_net)
+    assert "DIV" in _ops(model)
+    features = np.random.default_rng(0).normal(0, 1, (32, 16)).astype(np.float32)
+    features[::4] = 0.0                        # silent inputs: the divisor is eps
+    result = quantize_tflite(model, {"features": features},
+                             QuantConfig(scheme="w8a8", method="minmax"))
+    divisions = [o for o in result.float_ops if o["op"] == "DIV"]
+    assert len(divisions) == 1 and "int8 steps of 0" in divisions[0]["reason"]
+    from edgeopt.calibration.tflite_format import TFLiteFormat
+
+    outputs = TFLiteFormat(model).run(result.model, {"features": features})
+    assert np.isfinite(outputs[0]).all()
