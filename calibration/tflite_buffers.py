@@ -114,6 +114,31 @@ def _check_shared(locations: dict[str, ConstantLocation], new_values: dict) -> N
                                       "they cannot take different values")
 
 
+def unpack_model(model: bytes):
+    """The object form of `model` with every buffer inline. ai-edge-quantizer stores
+    buffers after the flatbuffer (offset/size); re-packing such a model as it is dropped
+    them ("Constant buffer 12 specified an out of range offset")."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    unpacked = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    for buffer in unpacked.buffers or []:
+        if buffer.offset > 1:
+            start, size = int(buffer.offset), int(buffer.size)
+            if start + size > len(model):
+                raise ConversionError(f"the .tflite buffer at {start} runs past the file end")
+            buffer.data = np.frombuffer(model, np.uint8, size, start).copy()
+            buffer.offset, buffer.size = 0, 0
+    return unpacked
+
+
+def pack_model(unpacked, size_hint: int) -> bytes:
+    import flatbuffers
+
+    builder = flatbuffers.Builder(size_hint + 1024)
+    builder.Finish(unpacked.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
 def with_current_opcodes(model: bytes) -> bytes:
     """`model` with every operator code's `builtin_code` set (unchanged when already set)."""
     root = _root(model)
@@ -122,16 +147,7 @@ def with_current_opcodes(model: bytes) -> bytes:
                 for i in range(root.OperatorCodesLength()))
     if not stale:
         return model
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
-    if any(root.Buffers(i).Offset() > 1 for i in range(root.BuffersLength())):
-        raise ConversionError("the .tflite stores its ops under pre-3a operator codes and its "
-                              "weights outside the flatbuffer; re-convert it with a current "
-                              "TFLite converter")
-    unpacked = schema.ModelT.InitFromObj(root)
+    unpacked = unpack_model(model)
     for code in unpacked.operatorCodes:
         code.builtinCode = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
-    builder = flatbuffers.Builder(len(model) + 1024)
-    builder.Finish(unpacked.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return pack_model(unpacked, len(model))

@@ -26,6 +26,7 @@ from edgeopt.calibration.quiet_libs import quiet_libraries
 from edgeopt.calibration.tflite_aeq import set_io_dtype
 from edgeopt.calibration.tflite_backend import to_native
 from edgeopt.calibration.tflite_buffers import patch_constants, with_current_opcodes
+from edgeopt.calibration.tflite_int8_islands import close_islands
 from edgeopt.calibration.weights import qrange
 from edgeopt.errors import ConversionError, first_line
 
@@ -160,6 +161,8 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
         # (an unnamed tensor, an index past a table), found by the fuzz suite
         raise ConversionError(f"ai-edge-quantizer could not write the {plan.mode} model: "
                               f"{first_line(exc)}") from exc
+    if plan.mode == Mode.STATIC and plan.quantize_rest:
+        model = close_islands(model, set(plan.keep_float))
     if plan.io_dtype == "uint8" and plan.mode == Mode.STATIC:
         return set_io_dtype(model, "uint8")
     return model

@@ -18,9 +18,10 @@ from edgeopt.tflite_reader import read_tflite
 
 FULL_INTEGER_SCHEMES = ("w8a8", "w4a8")
 _FLOAT = ("float32", "float16")
-_CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")
+# conversions at the edges of an island, and ops that read only a tensor's shape
+_CONVERSIONS = ("QUANTIZE", "DEQUANTIZE", "SHAPE", "RANK")
 _ONNX_FLOAT = (1, 10)  # TensorProto.FLOAT, FLOAT16
-_ONNX_QDQ = ("QuantizeLinear", "DequantizeLinear", "Constant")
+_ONNX_QDQ = ("QuantizeLinear", "DequantizeLinear", "Constant", "Shape", "Size")
 
 
 def _reason(op: str, writer: str, between: bool) -> str:

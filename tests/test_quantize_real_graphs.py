@@ -80,12 +80,34 @@ def test_pre_3a_operator_codes_quantize_as_their_real_ops(prelu_net, calib):
             assert weight.dtype == "int8"
             assert not any(weight.quantization.zero_point)
     assert result.validation["sqnr_db"] > 20
+    assert result.float_ops == []              # PReLU runs int8 (no float island)
+    prelu = _ops(result.model)["PRELU"][0]
+    x, alpha = (graph.tensor(i) for i in prelu.inputs)
+    assert x.dtype == alpha.dtype == "int8" and len(alpha.quantization.scale) == 1
+
+
+@pytest.mark.parametrize("activation", ["leaky", "relu6"])
+def test_activations_ai_edge_quantizer_leaves_float_run_int8(activation, calib):
+    """Class 3: PRELU, LEAKY_RELU, RELU6, RELU_0_TO_1 were float islands between
+    DEQUANTIZE and QUANTIZE; LiteRT has int8 kernels for them."""
+    def build(keras):
+        inputs = keras.Input((16, 16, 3))
+        x = keras.layers.Conv2D(8, 3, padding="same")(inputs)
+        x = keras.layers.LeakyReLU(0.2)(x) if activation == "leaky" else \
+            keras.ops.clip(x, 0.0, 6.0)
+        x = keras.layers.Conv2D(4, 3, padding="same")(x)   # RELU6 is not fused into a conv
+        return keras.Model(inputs, keras.layers.Flatten()(x))
+
+    model = _keras_tflite(build)
+    result = quantize_tflite(model, calib, QuantConfig(scheme="w8a8", method="minmax"))
+    assert result.float_ops == [], result.float_ops
+    assert result.validation["sqnr_db"] > 20
 
 
 def _leaky_net(keras):
     inputs = keras.Input((16, 16, 3), name="image")
     x = keras.layers.Conv2D(8, 3, padding="same")(inputs)
-    x = keras.layers.LeakyReLU(0.2)(x)        # ai-edge-quantizer has no int8 LEAKY_RELU rule
+    x = keras.ops.sin(x)                      # LiteRT has no int8 SIN kernel
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(4)(x))
 
@@ -108,9 +130,9 @@ def test_a_float_island_is_listed_with_its_reason(leaky_keras):
     calib = {"image": np.random.default_rng(0).random((24, 16, 16, 3), dtype=np.float32)}
     model = _keras_tflite(_leaky_net)
     result = quantize_tflite(model, calib, QuantConfig(scheme="w8a8", method="minmax"))
-    assert [o["op"] for o in result.float_ops] == ["LEAKY_RELU"]
-    assert "no int8 rule for LEAKY_RELU" in result.float_ops[0]["reason"]
-    assert any("not full integer" in w and "LEAKY_RELU" in w for w in result.warnings)
+    assert [o["op"] for o in result.float_ops] == ["SIN"]
+    assert "no int8 rule for SIN" in result.float_ops[0]["reason"]
+    assert any("not full integer" in w and "SIN" in w for w in result.warnings)
 
 
 def test_build_lists_float_ops_and_require_full_integer_refuses(leaky_keras, run_cli, tmp_path):
@@ -120,7 +142,7 @@ def test_build_lists_float_ops_and_require_full_integer_refuses(leaky_keras, run
     refused = tmp_path / "refused"
     result = run_cli("build", path, "--device", "ethos-u55-256", "--calib", data,
                      "--method", "minmax", "-o", refused, "--require-full-integer")
-    assert_user_error(result, "LEAKY_RELU")
+    assert_user_error(result, "SIN")
     assert not refused.exists()
     out = tmp_path / "bundle"
     result = run_cli("build", path, "--device", "ethos-u55-256", "--calib", data,
@@ -130,9 +152,9 @@ def test_build_lists_float_ops_and_require_full_integer_refuses(leaky_keras, run
 
     manifest = json.loads((out / "manifest.json").read_text())
     ops = manifest["quantization"]["float_ops"]
-    assert [o["op"] for o in ops] == ["LEAKY_RELU"]
+    assert [o["op"] for o in ops] == ["SIN"]
     notes = " ".join(manifest["notes"])
-    assert "ethos-u55-256 (npu) runs int8 only: LEAKY_RELU" in notes
+    assert "ethos-u55-256 (npu) runs int8 only: SIN" in notes
     assert "Ops left in float (1)" in (out / "report.html").read_text()
 
 
