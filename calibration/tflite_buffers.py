@@ -131,6 +131,15 @@ def unpack_model(model: bytes):
     return unpacked
 
 
+def inline_buffers(model: bytes) -> bytes:
+    """`model` with every buffer inside the flatbuffer (unchanged when they already are):
+    LiteRT's model-interface tool re-writes a model without the data stored after it."""
+    root = _root(model)
+    if not any(root.Buffers(i).Offset() > 1 for i in range(root.BuffersLength())):
+        return model
+    return pack_model(unpack_model(model), len(model))
+
+
 def pack_model(unpacked, size_hint: int) -> bytes:
     import flatbuffers
 

@@ -357,7 +357,9 @@ def _float_ops_record(manifest: dict, ops: list[dict] | None, scheme: str,
     record["float_ops"] = ops
     if not ops:
         return
-    manifest["notes"].append(float_ops_note(ops, scheme))
+    note = float_ops_note(ops, scheme)
+    if note not in manifest["notes"]:  # the calibration core's warnings may carry it
+        manifest["notes"].append(note)
     if profile.precision == "int8" and profile.kind != "cpu":
         manifest["notes"].append(device_note(ops, profile.name, profile.kind))
 

@@ -182,3 +182,23 @@ def test_an_int8_division_by_a_near_zero_divisor_stays_float():
 
     outputs = TFLiteFormat(model).run(result.model, {"features": features})
     assert np.isfinite(outputs[0]).all()
+
+
+def _wide_net(keras):
+    """More than 256 KiB of int8 weights: ai-edge-quantizer stores them after the flatbuffer."""
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.Dense(200)(keras.layers.Flatten()(x))
+    return keras.Model(inputs, keras.layers.Dense(4)(x))
+
+
+def test_uint8_io_keeps_weights_stored_after_the_flatbuffer(calib):
+    """Class 4 (the Coral build): LiteRT's model-interface tool re-wrote the model without
+    the buffers stored after the flatbuffer ('Constant buffer 6 specified an out of range
+    offset')."""
+    model = _keras_tflite(_wide_net)
+    result = quantize_tflite(model, calib, QuantConfig(scheme="w8a8", method="minmax",
+                                                       io_dtype="uint8"))
+    graph = read_tflite(result.model)
+    assert graph.tensor(graph.inputs[0]).dtype == "uint8"
+    assert result.validation["sqnr_db"] > 20
