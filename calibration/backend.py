@@ -89,6 +89,10 @@ class QuantFormat(Protocol):
         """What the format cannot express of `plan`, said in the result's warnings."""
         ...
 
+    def float_reasons(self, plan: QuantPlan) -> dict[str, str]:
+        """Ops the writer keeps float on purpose (by output tensor or node), with why."""
+        ...
+
     def report_tensor(self, layer: Layer) -> str:
         """The tensor where a layer's output is compared (after ops the writer folds in)."""
         ...

@@ -142,10 +142,12 @@ class QuantResult:
     validation: dict | None = None
     search: dict | None = None
     ranges: dict[str, dict] = field(default_factory=dict)
+    float_ops: list[dict] | None = None  # full-integer schemes: ops the file runs in float
 
     def to_json(self) -> dict:
         return {"format": self.format, "scheme": self.scheme, "method": self.method,
                 "size_bytes": len(self.model), "io_dtype": self.io_dtype,
                 "precision_per_layer": self.precision_per_layer,
                 "validation": self.validation, "search": self.search,
-                "layer_report": self.layer_report, "warnings": self.warnings}
+                "layer_report": self.layer_report, "float_ops": self.float_ops,
+                "warnings": self.warnings}

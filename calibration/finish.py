@@ -11,6 +11,7 @@ from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.report import layer_report
 from edgeopt.calibration.search import search_precisions
 from edgeopt.calibration.session import check_data
+from edgeopt.float_islands import FULL_INTEGER_SCHEMES, WRITERS, float_ops, float_ops_note
 from edgeopt.validate import compare
 
 
@@ -51,6 +52,11 @@ def finish(session, plan: QuantPlan, model: bytes, method: str, record: dict,
     if config.layer_report:
         session.progress("layer-wise report")
         report = layer_report(session, plan, model, check_data(session))
+    islands = None
+    if str(config.scheme) in FULL_INTEGER_SCHEMES:
+        islands = float_ops(model, fmt.name, WRITERS[fmt.name], fmt.float_reasons(plan))
+        if islands:
+            session.warnings.append(float_ops_note(islands, str(config.scheme)))
     return QuantResult(model, fmt.name, str(config.scheme), method, report, plan.precisions(),
                        list(dict.fromkeys(session.warnings)), config.io_dtype, validation,
-                       search, range_records(plan, choices))
+                       search, range_records(plan, choices), islands)

@@ -8,7 +8,7 @@ patch measured during calibration (Nagel et al., 2019).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -37,6 +37,8 @@ class QuantPlan:
     layers: dict[str, LayerPlan]
     io_dtype: str = "float32"
     quantize_rest: bool = True     # static mode: quantize ops without weights too
+    # ops without weights kept float after the runtime refused them in int8: tensor -> why
+    keep_float: dict[str, str] = field(default_factory=dict)
 
     def precisions(self) -> dict[str, str]:
         return {name: str(plan.precision) for name, plan in self.layers.items()}
@@ -46,6 +48,9 @@ class QuantPlan:
 
     def with_ranges(self, ranges: dict[str, tuple[float, float]]) -> QuantPlan:
         return replace(self, activation_ranges=ranges)
+
+    def keeping_float(self, tensor: str, reason: str) -> QuantPlan:
+        return replace(self, keep_float={**self.keep_float, tensor: reason})
 
     def only(self, layer: str, ranges: dict[str, tuple[float, float]]) -> QuantPlan:
         """This plan with one layer quantized and everything else left float."""

@@ -12,6 +12,7 @@ import tempfile
 
 import numpy as np
 
+from edgeopt.calibration.tflite_buffers import inline_buffers
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import tflite_interpreter
 
@@ -54,8 +55,8 @@ def set_io_dtype(model: bytes, io_dtype: str) -> bytes:
     code = _TENSOR_TYPES[io_dtype]
     with tempfile.TemporaryDirectory(prefix="edgeopt-io-") as tmp:
         src, dst = os.path.join(tmp, "in.tflite"), os.path.join(tmp, "out.tflite")
-        with open(src, "wb") as f:
-            f.write(model)
+        with open(src, "wb") as f:  # the tool drops buffers stored after the flatbuffer
+            f.write(inline_buffers(model))
         status = modify_model_interface(src, dst, code, code)
         if status != 0 or not os.path.exists(dst):
             raise ConversionError(f"could not give the int8 model {io_dtype} inputs and outputs")

@@ -5,6 +5,13 @@ own integer codes) and corrected biases. They have the shape and type of the ten
 they replace, so they are written over the old bytes: the flatbuffer is never
 re-serialised. A buffer shared by several tensors is only rewritten when every sharer
 gets the same new values.
+
+`with_current_opcodes` is the one exception: files written before schema 3a (many
+MediaPipe and face-detection models) name their ops only in `deprecated_builtin_code`
+and leave `builtin_code` at 0 (ADD). LiteRT reads the larger of the two; ai-edge-quantizer
+reads `builtin_code` alone, so it took every op of such a file for an ADD (convolution
+weights quantized like activations, PReLU alphas given per-channel scales on the wrong
+axis). Those files are re-serialised once with `builtin_code` filled in.
 """
 
 from __future__ import annotations
@@ -105,3 +112,51 @@ def _check_shared(locations: dict[str, ConstantLocation], new_values: dict) -> N
             if other != name and not np.array_equal(new_values.get(other), new_values[name]):
                 raise ConversionError(f"tensors '{name}' and '{other}' share one buffer; "
                                       "they cannot take different values")
+
+
+def unpack_model(model: bytes):
+    """The object form of `model` with every buffer inline. ai-edge-quantizer stores
+    buffers after the flatbuffer (offset/size); re-packing such a model as it is dropped
+    them ("Constant buffer 12 specified an out of range offset")."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    unpacked = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    for buffer in unpacked.buffers or []:
+        if buffer.offset > 1:
+            start, size = int(buffer.offset), int(buffer.size)
+            if start + size > len(model):
+                raise ConversionError(f"the .tflite buffer at {start} runs past the file end")
+            buffer.data = np.frombuffer(model, np.uint8, size, start).copy()
+            buffer.offset, buffer.size = 0, 0
+    return unpacked
+
+
+def inline_buffers(model: bytes) -> bytes:
+    """`model` with every buffer inside the flatbuffer (unchanged when they already are):
+    LiteRT's model-interface tool re-writes a model without the data stored after it."""
+    root = _root(model)
+    if not any(root.Buffers(i).Offset() > 1 for i in range(root.BuffersLength())):
+        return model
+    return pack_model(unpack_model(model), len(model))
+
+
+def pack_model(unpacked, size_hint: int) -> bytes:
+    import flatbuffers
+
+    builder = flatbuffers.Builder(size_hint + 1024)
+    builder.Finish(unpacked.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def with_current_opcodes(model: bytes) -> bytes:
+    """`model` with every operator code's `builtin_code` set (unchanged when already set)."""
+    root = _root(model)
+    stale = any(int(root.OperatorCodes(i).BuiltinCode())
+                < int(root.OperatorCodes(i).DeprecatedBuiltinCode())
+                for i in range(root.OperatorCodesLength()))
+    if not stale:
+        return model
+    unpacked = unpack_model(model)
+    for code in unpacked.operatorCodes:
+        code.builtinCode = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
+    return pack_model(unpacked, len(model))

@@ -11,7 +11,7 @@ from edgeopt.calibration.config import Mode
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
 from edgeopt.calibration.tflite_backend import TFLiteCapture, read_graph
-from edgeopt.errors import ModelLoadError, first_line
+from edgeopt.errors import ConversionError, ModelLoadError, first_line
 from edgeopt.tflite_reader import read_tflite
 
 _NODE = re.compile(r"Node number (\d+)")
@@ -39,6 +39,10 @@ class TFLiteFormat:
                     "(activations quantized on the fly), fully connected layers only"]
         return []
 
+    def float_reasons(self, plan: QuantPlan) -> dict[str, str]:
+        """Ops kept float on purpose (by output tensor), with the reason."""
+        return tflite_writer.float_reasons(self.graph, plan)
+
     def report_tensor(self, layer) -> str:
         return layer.output
 
@@ -56,22 +60,25 @@ class TFLiteFormat:
             outputs = [d["name"] for d in capture.interpreter.get_output_details()]
             chunks = [[batch[name] for name in outputs]
                       for batch in capture.stream(feeds, set(outputs), batch_size=64)]
-        except (RuntimeError, ValueError, ModelLoadError) as exc:
+        except (RuntimeError, ValueError, ModelLoadError, ConversionError) as exc:
+            # ConversionError: an op failed at invoke (LiteRT's int8 DIV on a zero divisor)
             raise self._rejected(model, exc) from exc
         return [np.concatenate(parts) for parts in zip(*chunks)]
 
     def check(self, model: bytes, sample: dict[str, np.ndarray]) -> None:
-        """Load and invoke once; a refusal names the op that LiteRT blamed, if any."""
-        self.run(model, {k: v[:1] for k, v in sample.items()})
+        """Load and invoke on `sample`; a refusal names the op that LiteRT blamed, if any."""
+        self.run(model, sample)
 
     def _rejected(self, model: bytes, exc: Exception) -> RuntimeRejected:
         text = str(exc)
         match = _NODE.search(text)
-        tensor = None
+        tensor, ops, index = None, [], 0
         if match:
             graph = read_tflite(model)
             ops = [op for op in graph.ops if op.subgraph == 0]
             index = int(match.group(1))
             if index < len(ops) and ops[index].outputs:
                 tensor = graph.tensor(ops[index].outputs[0]).name
-        return RuntimeRejected(f"LiteRT rejected the quantized model: {first_line(exc)}", tensor)
+        where = f" (op {ops[index].op}, output '{tensor}')" if tensor else ""
+        return RuntimeRejected(f"LiteRT rejected the quantized model{where}: "
+                               f"{first_line(exc)}", tensor)

@@ -19,12 +19,14 @@ import re
 import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision
+from edgeopt.calibration.divisors import risky_divisions
 from edgeopt.calibration.graphspec import CalibGraph, Layer
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
 from edgeopt.calibration.tflite_aeq import set_io_dtype
 from edgeopt.calibration.tflite_backend import to_native
-from edgeopt.calibration.tflite_buffers import patch_constants
+from edgeopt.calibration.tflite_buffers import patch_constants, with_current_opcodes
+from edgeopt.calibration.tflite_int8_islands import close_islands
 from edgeopt.calibration.weights import qrange
 from edgeopt.errors import ConversionError, first_line
 
@@ -78,6 +80,9 @@ def build_recipe(graph: CalibGraph, plan: QuantPlan) -> list[dict]:
             for io in ("INPUT", "OUTPUT"):
                 rules.append({"regex": ".*", "operation": io, "algorithm_key": NO_QUANTIZE,
                               "op_config": {}})
+        for tensor in float_reasons(graph, plan):
+            rules.append({"regex": scope_regex(tensor), "operation": "*",
+                          "algorithm_key": NO_QUANTIZE, "op_config": {}})
     for layer in graph.layers:
         layer_plan = plan.layers.get(layer.name)
         if layer_plan is None:
@@ -88,6 +93,13 @@ def build_recipe(graph: CalibGraph, plan: QuantPlan) -> list[dict]:
         rules.append({"regex": scope_regex(layer.name), "operation": layer.op,
                       "algorithm_key": key, "op_config": config})
     return rules
+
+
+def float_reasons(graph: CalibGraph, plan: QuantPlan) -> dict[str, str]:
+    """Ops (by output tensor) the writer keeps float although the scheme is integer."""
+    if plan.mode != Mode.STATIC or not plan.quantize_rest:
+        return {}
+    return {**risky_divisions(graph, plan.activation_ranges), **plan.keep_float}
 
 
 def _weight_qsv(layer: Layer, quant) -> dict[str, np.ndarray]:
@@ -135,7 +147,7 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
         return bytes(float_model)
     from ai_edge_quantizer import quantizer
 
-    patched = patch_constants(float_model, new_constants(graph, plan))
+    patched = patch_constants(with_current_opcodes(float_model), new_constants(graph, plan))
     rules = build_recipe(graph, plan)
     try:
         with quiet_libraries():
@@ -149,6 +161,8 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
         # (an unnamed tensor, an index past a table), found by the fuzz suite
         raise ConversionError(f"ai-edge-quantizer could not write the {plan.mode} model: "
                               f"{first_line(exc)}") from exc
+    if plan.mode == Mode.STATIC and plan.quantize_rest:
+        model = close_islands(model, set(plan.keep_float))
     if plan.io_dtype == "uint8" and plan.mode == Mode.STATIC:
         return set_io_dtype(model, "uint8")
     return model

@@ -244,6 +244,16 @@ class LayerError:
 
 
 @dataclass(frozen=True)
+class FloatOp:
+    """An op a full-integer (w8a8, w4a8) artifact still runs in float, and why."""
+
+    op: str
+    node: str = field(metadata={"description": "the op's output tensor (.tflite) or node "
+                                               "name (.onnx)"})
+    reason: str
+
+
+@dataclass(frozen=True)
 class Quantization:
     """The calibration core's layer report, per-layer precision and accuracy-budget search."""
 
@@ -252,6 +262,8 @@ class Quantization:
     search: dict[str, Any] | None = field(
         metadata={"description": "--accuracy-budget: the budget, whether it was met and the "
                                  "mixes tried (keys vary with the outcome)"})
+    float_ops: list[FloatOp] | None = _opt(description="full-integer schemes: every op the "
+                                           "written file runs in float (empty: none)")
 
 
 @dataclass(frozen=True)

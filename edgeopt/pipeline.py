@@ -35,6 +35,14 @@ from edgeopt.delegates import place_for_device
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
+from edgeopt.float_islands import (
+    FULL_INTEGER_SCHEMES,
+    WRITERS,
+    device_note,
+    float_ops,
+    float_ops_note,
+    require_full_integer,
+)
 from edgeopt.images import NCHW_TO_NHWC
 from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_keras, load_model, with_input_shapes
@@ -339,6 +347,45 @@ def _quantization_record(manifest: dict, quant) -> None:
     manifest["notes"] += [w for w in quant.warnings if w not in manifest["notes"]]
 
 
+def _writer(artifact: Artifact) -> str:
+    if artifact.method.startswith("TFLite converter"):
+        return "the TFLite converter"
+    return WRITERS[artifact.format]
+
+
+def artifact_float_ops(artifact: Artifact, config: BuildConfig) -> list[dict] | None:
+    """Full-integer schemes: the ops the written file runs in float (None: not asked of a
+    float/fp16/dynamic scheme); --require-full-integer fails on any."""
+    if config.scheme not in FULL_INTEGER_SCHEMES:
+        if config.require_full_integer:
+            raise ConfigError(f"--require-full-integer needs scheme w8a8 or w4a8, got "
+                              f"'{config.scheme}'")
+        return None
+    quant = artifact.quant
+    ops = quant.float_ops if quant is not None and quant.float_ops is not None else \
+        float_ops(artifact.content, artifact.format, _writer(artifact))
+    if config.require_full_integer:
+        require_full_integer(ops, config.scheme)
+    return ops
+
+
+def _float_ops_record(manifest: dict, ops: list[dict] | None, scheme: str,
+                      profile: DeviceProfile) -> None:
+    """quantization.float_ops, a note, and what an int8-only accelerator makes of them."""
+    if ops is None:
+        return
+    record = manifest.setdefault("quantization", {"layer_report": [], "precision_per_layer": {},
+                                                  "search": None})
+    record["float_ops"] = ops
+    if not ops:
+        return
+    note = float_ops_note(ops, scheme)
+    if note not in manifest["notes"]:  # the calibration core's warnings may carry it
+        manifest["notes"].append(note)
+    if profile.precision == "int8" and profile.kind != "cpu":
+        manifest["notes"].append(device_note(ops, profile.name, profile.kind))
+
+
 LOW_SQNR_DB = 15.0
 ACCURACY_DROP = 0.01
 
@@ -497,6 +544,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
             artifact = with_build_metadata(artifact, config, handle, profile,
                                            _preprocessing(calib, artifact.conversion))
+        islands = artifact_float_ops(artifact, config)
         progress(f"validating in {artifact.runner.label}")
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                              evaluation.labels)
@@ -511,6 +559,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     manifest = _manifest(config, profile, handle, artifact, specs, validation, calib,
                          evaluation, placement)
     _estimate_record(manifest, estimate)
+    _float_ops_record(manifest, islands, config.scheme, profile)
     if compression is not None:
         manifest["compression"] = compression
     if compared:

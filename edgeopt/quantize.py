@@ -33,6 +33,7 @@ from edgeopt.choices import RangeMethod, values
 from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
+from edgeopt.float_islands import FULL_INTEGER_SCHEMES, require_full_integer
 from edgeopt.model import load_model, tflite_interpreter, with_input_shapes
 from edgeopt.tflite_metadata import check_labels_file, with_quantize_metadata
 from edgeopt.tflite_prepare import given_scheme
@@ -97,6 +98,7 @@ class QuantizeRequest:
     report: str | None = None               # also write an HTML page with the layer chart
     labels: str | None = None               # class names packed into a .tflite's metadata
     input_shapes: tuple[str, ...] = ()      # --input-shape NAME:DIMS fixes dynamic dims
+    require_full_integer: bool = False      # fail when a w8a8/w4a8 model keeps a float op
 
 
 def build_config(request: QuantizeRequest) -> QuantConfig:
@@ -149,6 +151,9 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     if request.report:
         check_output_path(request.report)
     config = build_config(request)
+    if request.require_full_integer and config.scheme not in FULL_INTEGER_SCHEMES:
+        raise ConfigError(f"--require-full-integer needs scheme w8a8 or w4a8, got "
+                          f"'{config.scheme}'")
     handle = with_input_shapes(load_model(request.model), request.input_shapes)
     if output.suffix != ".onnx":
         check_labels_file(request.labels, handle)
@@ -167,6 +172,8 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
         result = _to_tflite(handle, calib, evaluation, config, progress)
         result = with_quantize_metadata(result, handle, request, calib)
     result = _with_data_warnings(result, calib, evaluation)
+    if request.require_full_integer:
+        require_full_integer(result.float_ops or [], result.scheme)
     write_file_atomic(output, result.model)
     if request.report:
         write_file_atomic(request.report, report_page(result))

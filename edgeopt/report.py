@@ -264,6 +264,19 @@ def _layers(m: dict, chart: str | None) -> str:
                     + chart)
 
 
+def _float_ops(m: dict) -> str:
+    """Every op a full-integer artifact still runs in float, with the reason."""
+    ops = (m.get("quantization") or {}).get("float_ops")
+    if not ops:
+        return ""
+    rows = [(_e(o["op"]), f"<code>{_e(o['node'])}</code>", _e(o["reason"])) for o in ops]
+    return _section("float-ops", f"Ops left in float ({len(ops)})",
+                    f"<p>The {_e(m['recipe']['scheme'])} artifact is not full integer: these "
+                    "ops run in float between DEQUANTIZE and QUANTIZE (an int8-only "
+                    "accelerator hands them to the CPU).</p>"
+                    + _table(rows, ("op", "node", "reason")), "warn")
+
+
 def _estimate(m: dict, detail: dict | None) -> str:
     title = "Latency and energy estimate"
     if detail is None:
@@ -303,7 +316,8 @@ def _compression(m: dict) -> str:
 
 
 _NAV = (("summary", "Summary"), ("comparison", "Devices"), ("compression", "Compression"),
-        ("layers", "Layers"), ("placement", "Placement"), ("latency", "Latency"),
+        ("float-ops", "Float ops"), ("layers", "Layers"), ("placement", "Placement"),
+        ("latency", "Latency"),
         ("validation", "Validation"), ("data", "Data"))
 
 
@@ -312,7 +326,8 @@ def render_report(manifest: dict, details: dict | None = None) -> str:
     m, details = manifest, details or {}
     # What a reader comes for first (the figures and the charts), then the records.
     sections = [_notes(m), _summary(m), _comparison(m), _compression(m),
-                _layers(m, details.get("layer_chart")), _placement(m, details.get("placement")),
+                _float_ops(m), _layers(m, details.get("layer_chart")),
+                _placement(m, details.get("placement")),
                 _estimate(m, details.get("estimate")), _validation(m), _conversion(m), _io(m),
                 _data(m), _toolchain(m)]
     body = "".join(sections)

@@ -73,6 +73,17 @@ def _compression_rows(m: dict) -> list[tuple[str, str]]:
     return [("pruned", text)]
 
 
+def _float_ops_rows(m: dict) -> list[tuple[str, str]]:
+    ops = (m.get("quantization") or {}).get("float_ops")
+    if ops is None:
+        return []
+    if not ops:
+        return [("float ops", "none: every op runs in integer")]
+    named = ", ".join(f"{o['op']} '{o['node']}'" for o in ops[:3])
+    return [("float ops", f"{len(ops)} ({named}{', ...' if len(ops) > 3 else ''}): "
+                          "listed with reasons in manifest quantization.float_ops")]
+
+
 def build_summary(result, colour: bool = False) -> str:
     """The key/value table (and the device comparison) for a finished build."""
     m = result.manifest
@@ -86,6 +97,7 @@ def build_summary(result, colour: bool = False) -> str:
         ("size", _size_row(m)),
         (acc["metric"], _accuracy_row(acc, colour)),
         ("validated", f"{m['validation']['samples']} samples, {m['validation']['runtime']}"),
+        *_float_ops_rows(m),
         ("placement", placement_text(m)),
         ("estimate", _estimate_row(m)),
     ]

@@ -51,6 +51,8 @@ from edgeopt.quiet import library_output_to_log
 @click.option("--labels", type=PATH, default=None, help="Class names, one per line: packed "
               "into a .tflite as its TFLite-metadata label file (default: the image folder's "
               "classes).")
+@click.option("--require-full-integer", is_flag=True, help="Fail when the w8a8/w4a8 model "
+              "keeps any op in float (each is named); nothing is written.")
 @click.option("--no-bias-correction", is_flag=True, help="Keep the rounded weights' biases.")
 @click.option("--report", type=PATH, default=None, help="Also write an HTML page with the "
               "layer chart.")
