@@ -17,6 +17,7 @@ from edgeopt.cli.shared import (
     normalisation_options,
     step_progress,
 )
+from edgeopt.cli.task import task_options
 from edgeopt.quantize import QuantizeRequest, build_config, quantize_file, summary
 from edgeopt.quiet import library_output_to_log
 
@@ -50,6 +51,7 @@ from edgeopt.quiet import library_output_to_log
 @click.option("--labels", type=PATH, default=None, help="Class names, one per line: packed "
               "into a .tflite as its TFLite-metadata label file (default: the image folder's "
               "classes).")
+@task_options
 @click.option("--no-bias-correction", is_flag=True, help="Keep the rounded weights' biases.")
 @click.option("--report", type=PATH, default=None, help="Also write an HTML page with the "
               "layer chart.")
