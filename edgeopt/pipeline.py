@@ -481,7 +481,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
             artifact = with_build_metadata(artifact, config, handle, profile,
                                            _preprocessing(calib, artifact.conversion))
-        progress(f"validating in {artifact.runner.label} on {evaluation.count} held-out "
+        progress(f"validating in {artifact.runner.label} on {evaluation.count} evaluation "
                  "samples")
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                              evaluation.labels, [o.name for o in handle.outputs],

@@ -123,8 +123,8 @@ def build_summary(result, colour: bool = False) -> str:
         *_compression_rows(m),
         ("size", _size_row(m)),
         (acc["metric"], _accuracy_row(acc, colour)),
-        ("validated", f"{m['validation']['samples']} held-out samples, "
-                      f"{m['validation']['runtime']}"),
+        ("validated", f"{m['validation']['samples']} samples ({m['data']['evaluation']}, "
+                      f"not calibrated on), {m['validation']['runtime']}"),
         *output_rows(m["validation"]),
         ("placement", placement_text(m)),
         ("estimate", _estimate_row(m)),

@@ -310,20 +310,36 @@ class TaskFigure:
     details: dict
 
 
-def _slice(outputs: dict[str, np.ndarray], part: ChannelSlice) -> np.ndarray:
-    """Per-sample [A, channels] arrays of a --boxes/--scores slice."""
+def _slice(outputs: dict[str, np.ndarray], part: ChannelSlice, size: int | None) -> np.ndarray:
+    """Per-sample [A, channels] arrays of a --boxes/--scores slice. A whole output (no
+    START:END) takes its channels along the axis whose length is `size` (4 for boxes; for
+    scores, the axis that is not the box count) when that is unambiguous."""
     array = outputs[part.output]
     axis = channel_axis(array.shape)
     if part.start is not None:
         array = _take(array, axis, part.start, part.end)
+    elif array.ndim == 3 and size is not None:
+        fits = [a for a in (2, 1) if array.shape[a] == size]
+        axis = fits[0] if fits else axis
     array = np.moveaxis(array, axis, -1)
     return array.reshape(len(array), -1, array.shape[-1])
 
 
+def _score_channels(array: np.ndarray, part: ChannelSlice, anchors: int) -> int | None:
+    """The channel count of a whole scores output whose other axis is the box count."""
+    if part.start is not None or array.ndim != 3:
+        return None
+    other = {1: array.shape[2], 2: array.shape[1]}
+    return next((other[a] for a in (2, 1) if array.shape[a] == anchors), None)
+
+
 def _detect_figure(ref: dict, cand: dict, task: TaskSpec, samples: int) -> TaskFigure:
     assert task.boxes is not None and task.scores is not None
-    rb, rs = _slice(ref, task.boxes), _slice(ref, task.scores)
-    cb, cs = _slice(cand, task.boxes), _slice(cand, task.scores)
+    rb, cb = _slice(ref, task.boxes, 4), _slice(cand, task.boxes, 4)
+    size = _score_channels(ref[task.scores.output], task.scores, rb.shape[1])
+    rs, cs = _slice(ref, task.scores, size), _slice(cand, task.scores, size)
+    if rs.shape[1] == 1 and rs.shape[-1] == rb.shape[1]:  # [N, A] scores: one class
+        rs, cs = rs.transpose(0, 2, 1), cs.transpose(0, 2, 1)
     if rb.shape[-1] != 4 or rb.shape[1] != rs.shape[1]:
         raise ConversionError(f"--boxes {task.boxes.text()} gives {rb.shape[-1]} values for "
                               f"{rb.shape[1]} boxes and --scores {task.scores.text()} "
