@@ -99,13 +99,14 @@ def relative_error(reference: np.ndarray, candidate: np.ndarray) -> float | None
 # --- what an output is -----------------------------------------------------------------
 
 def output_kind(reference: np.ndarray, index: int, count: int, labelled: bool,
-                task: TaskSpec = NO_TASK, task_index: int | None = None) -> str:
-    """classes | sequence | values (see the module docstring)."""
-    if task_index == index and task.task == "classify":
-        return "classes"
-    if task_index == index and task.task == "sequence":
-        return "sequence"
-    if task.task in ("regress", "detect") or task_index == index:
+                task: TaskSpec = NO_TASK, task_index: int | None = None,
+                name: str | None = None) -> str:
+    """classes | sequence | values (see the module docstring): the task's own output as
+    the task says, a detector's box/score outputs as values, the rest by their look."""
+    if task_index == index:
+        return {"classify": "classes", "sequence": "sequence"}.get(str(task.task), "values")
+    detector = [s.output for s in (task.boxes, task.scores) if s is not None]
+    if name is not None and name in detector:
         return "values"
     if is_classifier(reference) and (is_probability(reference) or count == 1
                                       or (labelled and index == 0)):
@@ -461,8 +462,8 @@ def compare(reference: list[np.ndarray], candidate: list[np.ndarray],
     names = list(names) if names else [f"output_{i}" for i in range(len(reference))]
     task.check_outputs(names)
     task_index = task_output_index(reference, names, task)
-    kinds = [output_kind(r, i, len(reference), labels is not None, task, task_index)
-             for i, r in enumerate(reference)]
+    kinds = [output_kind(r, i, len(reference), labels is not None, task, task_index, n)
+             for i, (n, r) in enumerate(zip(names, reference))]
     figures = [output_figures(n, r, c, k, task)
                for n, r, c, k in zip(names, reference, candidate, kinds)]
     ref_all = np.concatenate([r.astype(np.float64).ravel() for r in reference])
