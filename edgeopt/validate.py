@@ -211,7 +211,8 @@ def _layout_groups(name: str, ref: np.ndarray, cand: np.ndarray,
                    task: TaskSpec) -> list[ChannelGroup]:
     groups = []
     for role, part in (("boxes", task.boxes), ("scores", task.scores)):
-        if part is not None and part.output == name and part.start is not None:
+        if part is not None and part.output == name and part.start is not None \
+                and part.end is not None:
             axis = channel_axis(ref.shape)
             groups.append(_group(ref, cand, axis, (part.start, part.end), role))
     return groups
@@ -317,7 +318,7 @@ def _slice(outputs: dict[str, np.ndarray], part: ChannelSlice, size: int | None)
     scores, the axis that is not the box count) when that is unambiguous."""
     array = outputs[part.output]
     axis = channel_axis(array.shape)
-    if part.start is not None:
+    if part.start is not None and part.end is not None:
         array = _take(array, axis, part.start, part.end)
     elif array.ndim == 3 and size is not None:
         fits = [a for a in (2, 1) if array.shape[a] == size]
@@ -470,8 +471,9 @@ def compare(reference: list[np.ndarray], candidate: list[np.ndarray],
     cand_all = np.concatenate([c.astype(np.float64).ravel() for c in candidate])
     pooled = sqnr_db(ref_all, cand_all)
     figure = task_figure(reference, candidate, names, task, figures)
-    headline = _headline(figures, figure, labels, reference, candidate, pooled)
-    return Validation(len(reference[0]), *headline, pooled,
+    metric, ref_value, value, delta, agreement = _headline(figures, figure, labels, reference,
+                                                           candidate, pooled)
+    return Validation(len(reference[0]), metric, ref_value, value, delta, agreement, pooled,
                       cosine_similarity(ref_all, cand_all), _max_abs(ref_all, cand_all),
                       tuple(names), tuple(figures), figure)
 
