@@ -483,7 +483,10 @@ def check_collapsed(validation: Validation, accept: bool = False) -> None:
     lines = validation.collapsed
     if lines and not accept:
         more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        grouped = any(g.collapsed for out in validation.outputs for g in out.groups)
+        why = (" (one int8 scale spans channels of very different ranges: the small ones "
+               "round to a few steps)") if grouped else ""
         raise CollapsedOutputError(
             f"{lines[0]}{more} on {validation.samples} held-out samples: the quantized model "
-            "no longer follows the float one there; try --method mse or --scheme with more "
-            "bits, or pass --accept-collapsed to write the bundle anyway")
+            f"no longer follows the float one there{why}; try another --method or --scheme, "
+            "or pass --accept-collapsed to write it anyway")
