@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from edgeopt.errors import ConversionError
-from edgeopt.task_metrics import detection_f1, step_agreement, string_match
-from edgeopt.task_spec import NO_TASK, ChannelSlice, TaskSpec
+from edgeopt.task_metrics import ctc_greedy, detection_f1, step_agreement, string_match
+from edgeopt.task_spec import DEFAULT_BLANK_INDEX, NO_TASK, ChannelSlice, TaskSpec
 
 COLLAPSE_SQNR_DB = 3.0   # noise above half the signal power: the output no longer follows
 SCALE_GAP = 10.0         # channel groups whose float magnitudes differ by >= 10x
@@ -230,17 +230,46 @@ def channel_groups(name: str, ref: np.ndarray, cand: np.ndarray,
 
 # --- collapse --------------------------------------------------------------------------
 
-def collapse_reason(reference: np.ndarray, candidate: np.ndarray) -> str | None:
-    """Why the artifact's values no longer follow the float ones, or None."""
+def collapse_reason(reference: np.ndarray, candidate: np.ndarray, kind: str = "values",
+                    blank: int = DEFAULT_BLANK_INDEX) -> str | None:
+    """Why the artifact's values no longer follow the float ones, or None.
+
+    Constant values while the float ones vary is a collapse for every kind. Values (boxes,
+    landmarks, maps) also collapse below COLLAPSE_SQNR_DB; class scores only when every
+    sample gets one class the float model does not always give (a softmax can lose SQNR and
+    keep its top-1), CTC steps when every decoded string is empty while the float's are not.
+    """
     ref = reference.astype(np.float64)
     if np.ptp(ref) == 0:
         return None  # a constant float output has nothing to follow
     if np.ptp(candidate) == 0:
         return (f"every value is {float(candidate.flat[0]):.4g} while the float output "
                 f"varies over [{ref.min():.4g}, {ref.max():.4g}]")
+    if kind == "classes":
+        return _one_class(ref, candidate)
+    if kind == "sequence":
+        return _empty_strings(ref, candidate, blank)
     sqnr = sqnr_db(ref, candidate)
     if sqnr < COLLAPSE_SQNR_DB:
         return f"SQNR {sqnr:.1f} dB is below the {COLLAPSE_SQNR_DB:.0f} dB collapse floor"
+    return None
+
+
+def _one_class(reference: np.ndarray, candidate: np.ndarray) -> str | None:
+    top = candidate.argmax(-1).ravel()
+    if len(top) > 1 and len(set(top.tolist())) == 1 and \
+            len(set(reference.argmax(-1).ravel().tolist())) > 1:
+        return (f"every sample gets class {int(top[0])} while the float model gives "
+                f"{len(set(reference.argmax(-1).ravel().tolist()))} different classes")
+    return None
+
+
+def _empty_strings(reference: np.ndarray, candidate: np.ndarray, blank: int) -> str | None:
+    if candidate.ndim != 3:
+        return None
+    if all(not s for s in ctc_greedy(candidate, blank)) and \
+            any(ctc_greedy(reference, blank)):
+        return f"every decoded string is empty (blank {blank}) while the float's are not"
     return None
 
 
@@ -296,7 +325,8 @@ def output_figures(name: str, ref: np.ndarray, cand: np.ndarray, kind: str,
     mean_abs = float(np.mean(np.abs(ref64 - cand))) if ref.size else 0.0
     return OutputFigures(name, kind, len(ref), sqnr_db(ref64, cand),
                          cosine_similarity(ref64, cand), _max_abs(ref64, cand), mean_abs,
-                         relative_error(ref64, cand), collapsed=collapse_reason(ref64, cand),
+                         relative_error(ref64, cand),
+                         collapsed=collapse_reason(ref64, cand, kind, task.blank_index),
                          groups=groups, **extra)
 
 

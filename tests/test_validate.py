@@ -152,9 +152,10 @@ def test_regress_task_and_a_constant_output():
     record = compare([ref], [ref * 1.02], None, ["points"], TaskSpec.from_flags("regress"))
     assert record.metric == "relative_error" and math.isclose(record.value, 0.02, rel_tol=1e-4)
     assert record.outputs[0].kind == "values" and record.outputs[0].top1_agreement is None
-    flat = compare([ref], [np.full_like(ref, 1.5)], None, ["points"])
+    regress = TaskSpec.from_flags("regress")
+    flat = compare([ref], [np.full_like(ref, 1.5)], None, ["points"], regress)
     assert "every value is 1.5" in flat.collapsed[0]
-    noisy = compare([ref], [ref + rng.normal(0, 2, ref.shape)], None, ["points"])
+    noisy = compare([ref], [ref + rng.normal(0, 2, ref.shape)], None, ["points"], regress)
     assert "collapse floor" in noisy.collapsed[0]
 
 
@@ -186,3 +187,21 @@ def test_validation_record_fits_the_manifest_model():
     record = compare([ref], [ref * 1.001], None, ["output0"], task).to_json()
     parse(ManifestValidation, {**record, "runtime": "test"}, "validation")
     assert record["outputs"][0]["groups"][1]["role"] == "scores"
+
+
+def test_a_softmax_that_loses_sqnr_but_keeps_classes_is_not_collapsed():
+    rng = np.random.default_rng(6)
+    logits = rng.normal(size=(20, 5)) * 3
+    probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    flatter = np.exp(logits / 20) / np.exp(logits / 20).sum(1, keepdims=True)
+    record = compare([probs], [flatter], None, ["probs"])
+    assert record.outputs[0].sqnr_db < 3 and record.collapsed == []
+    one = np.tile(np.eye(5)[2], (20, 1))
+    assert "every sample gets class 2" in compare([probs], [one], None, ["probs"]).collapsed[0]
+
+
+def test_ctc_output_decoding_to_nothing_is_collapsed():
+    steps = np.eye(4, dtype=np.float32)[[[1, 0, 2], [3, 3, 0]]]
+    blank = np.eye(4, dtype=np.float32)[[[0, 0, 0], [0, 0, 0]]] * 0.9 + 0.025
+    record = compare([steps], [blank], None, ["ctc"])
+    assert "every decoded string is empty" in record.collapsed[0]

@@ -47,7 +47,8 @@ def task_options(command: Callable) -> Callable:
                      "when decoding)."),
         click.option("--accept-collapsed", is_flag=True, help="Write the model even when an "
                      "output (or a channel group of one) collapsed: constant while the float "
-                     "output varies, or SQNR below 3 dB."),
+                     "output varies, one class for every sample, or SQNR below 3 dB on "
+                     "box/landmark/map values."),
     ]
     for option in reversed(options):
         command = option(command)
