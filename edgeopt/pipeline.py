@@ -342,9 +342,10 @@ def _accuracy_notes(validation: Validation) -> list[str]:
         notes.append(f"output SQNR against the float model is {validation.sqnr_db:.1f} dB "
                      f"(below {LOW_SQNR_DB:.0f} dB)")
     if not validation.pooled_is_honest:
-        notes.append(f"validation.sqnr_db ({validation.sqnr_db:.1f} dB) pools "
-                     f"{len(validation.outputs)} output(s) of different scales: read the "
-                     "per-output figures (validation.outputs)")
+        what = (f"{len(validation.outputs)} outputs" if len(validation.outputs) > 1 else
+                "channel groups of different scales")
+        notes.append(f"validation.sqnr_db ({validation.sqnr_db:.1f} dB) pools {what}: read "
+                     "the per-output figures (validation.outputs)")
     if validation.delta is not None and validation.metric in ("top1_accuracy", "top1_agreement",
                                                               "detection_f1", "string_match") \
             and validation.delta < -ACCURACY_DROP:
