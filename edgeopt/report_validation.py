@@ -68,8 +68,8 @@ def validation_body(v: dict, table) -> str:
     """The section's HTML; `table(rows, header)` is the report's table helper."""
     outputs = v.get("outputs") or []
     intro = (f"<p>The artifact in {_e(v['runtime'])} against the float model on "
-             f"<b>{v['samples']} held-out samples</b> (not used for calibration); every "
-             "figure below is measured on those samples.</p>")
+             f"<b>{v['samples']} evaluation samples</b>, held out from calibration; "
+             "every figure below is measured on those samples.</p>")
     body = intro
     if outputs:
         body += "<h3>Per output</h3>" + table(_output_rows(outputs), (

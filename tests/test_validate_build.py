@@ -96,7 +96,7 @@ def test_accepted_collapse_is_in_the_manifest_report_and_summary(run_cli, tmp_pa
     assert manifest["accuracy"]["metric"] == "detection_f1"
     assert any("--accept-collapsed" in n for n in manifest["notes"])
     report = (out / "report.html").read_text()
-    assert "channels 4:7" in report and "collapsed" in report and "held-out" in report
+    assert "channels 4:7" in report and "collapsed" in report and "8 evaluation samples" in report
     assert "output detections" in result.stdout and "COLLAPSED" in result.stdout
     assert "task detect" in result.stdout
 
