@@ -207,7 +207,7 @@ def _validated(result: QuantResult, float_model: bytes, arrays: dict, labels, ha
     """Per-output figures and the task metric on the held-out samples; a collapsed output
     stops here, before anything is written (unless --accept-collapsed)."""
     if progress:
-        progress(f"validating each output on {len(next(iter(arrays.values())))} held-out "
+        progress(f"validating each output on {len(next(iter(arrays.values())))} evaluation "
                  "samples")
     names = list(arrays)
     reference = run_dataset(_runner(float_model, result.format, names), arrays)
@@ -259,7 +259,7 @@ def summary(record: dict) -> str:
     if validation:
         pooled = "output SQNR" if len(validation.get("outputs") or ()) <= 1 else \
             f"pooled SQNR over {len(validation['outputs'])} outputs"
-        lines.append(f"validated {validation.get('samples')} held-out samples in "
+        lines.append(f"validated {validation.get('samples')} evaluation samples in "
                      f"{validation.get('runtime')}: {pooled} "
                      f"{_fmt(validation.get('sqnr_db'))} dB, {validation.get('metric')} "
                      f"{_fmt(validation.get('value'))}")
