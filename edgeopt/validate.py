@@ -15,9 +15,10 @@ Every output gets its own SQNR, cosine and errors, and a metric picked by what i
   error. When one output mixes scales (box coordinates 0..320 next to scores 0..1 on one
   channel axis) each channel group gets its own figures too.
 
-An output whose artifact values are constant while the float ones vary, or whose SQNR is
-below ``COLLAPSE_SQNR_DB``, is *collapsed*: `check_collapsed` fails the build on it unless
-the user accepts it. The pooled SQNR/cosine over all outputs is kept (``pooled_over`` says
+An output whose artifact values are constant while the float ones vary is *collapsed*;
+so is a values output or channel group below ``COLLAPSE_SQNR_DB``, a class output that
+gives every sample one class, a sequence whose decoded strings are all empty
+(`collapse_reason`). `check_collapsed` fails the build on it unless the user accepts it. The pooled SQNR/cosine over all outputs is kept (``pooled_over`` says
 what it pools); it is a quality figure only for a single output of one scale.
 """
 
