@@ -35,6 +35,7 @@ from edgeopt.data_limits import HOLDOUT_SHARE
 from edgeopt.devices.profile import profile_names
 from edgeopt.errors import ConfigError
 from edgeopt.inputs import CAPS, read_toml
+from edgeopt.task_spec import DEFAULT_BLANK_INDEX, DEFAULT_SCORE_THRESHOLD, TaskSpec
 
 CONFIG_NAME = "edgeopt.toml"
 DEFAULT_DEVICE = "host-cpu"
@@ -75,6 +76,15 @@ class BuildConfig:
     eval_fraction: float = HOLDOUT_SHARE
     parity_samples: int = 16
     seed: int = 0
+    # what the outputs mean (edgeopt.task_spec): the task metric and the collapse check
+    task: str | None = None  # classify | detect | sequence | regress
+    task_output: str | None = None
+    boxes: str | None = None  # detect: OUTPUT[:START:END]
+    scores: str | None = None
+    box_format: str = "cxcywh"
+    score_threshold: float = DEFAULT_SCORE_THRESHOLD
+    blank_index: int = DEFAULT_BLANK_INDEX
+    accept_collapsed: bool = False
 
     def __post_init__(self):
         if self.format not in FORMATS:
@@ -88,6 +98,13 @@ class BuildConfig:
         if not _device_items(self.device):
             raise ConfigError("device must name at least one device profile")
         self._check_compression()
+        self.task_spec()
+
+    def task_spec(self) -> TaskSpec:
+        """The task flags as one checked spec (a ConfigError names the flag)."""
+        return TaskSpec.from_flags(self.task, self.task_output, self.boxes, self.scores,
+                                   self.box_format, self.score_threshold, self.blank_index,
+                                   self.accept_collapsed)
 
     def _check_compression(self) -> None:
         """Checked before any model is loaded (the same rules as `edgeopt compress`)."""

@@ -31,7 +31,10 @@ SCHEMA_FILE = "manifest.schema.json"
 SCHEMA_ID = "edgeopt-manifest-v1"
 TITLE = "edgeopt bundle manifest, schema_version 1"
 DeviceKind = Literal["cpu", "gpu", "npu", "tpu"]
-Metric = Literal["top1_accuracy", "top1_agreement", "sqnr_db"]
+Metric = Literal["top1_accuracy", "top1_agreement", "sqnr_db", "min_output_sqnr_db",
+                 "detection_f1", "string_match", "relative_error"]
+OutputKind = Literal["classes", "sequence", "values"]
+Task = Literal["classify", "detect", "sequence", "regress"]
 NON_NEGATIVE = {"minimum": 0}
 SHA256 = {"pattern": "^[0-9a-f]{64}$"}
 FILE_NAME = {"pattern": "^[^/\\\\]+$"}
@@ -101,6 +104,62 @@ class Accuracy:
 
 
 @dataclass(frozen=True)
+class ChannelGroupFigures:
+    """Channels [start, end) of one output: a --boxes/--scores slice, or a group whose float
+    magnitudes differ from the rest of the output by an order of magnitude or more."""
+
+    axis: int
+    start: int = field(metadata=NON_NEGATIVE)
+    end: int = field(metadata={"minimum": 1})
+    role: Literal["boxes", "scores"] | None
+    float_min: float
+    float_max: float
+    sqnr_db: float | None
+    cosine: float | None
+    max_abs: float | None
+    collapsed: str | None = _opt(description="why the artifact's values no longer follow the "
+                                 "float ones (null: they do)")
+
+
+@dataclass(frozen=True)
+class OutputFigures:
+    """One output of the artifact against the float model's, on the validation samples."""
+
+    name: str
+    kind: OutputKind = field(metadata={"description": "classes: top-1 agreement; sequence: "
+                                       "per-step agreement and greedy CTC string match; "
+                                       "values: relative and absolute error"})
+    samples: int = field(metadata={"minimum": 1})
+    sqnr_db: float | None
+    cosine: float | None
+    max_abs: float | None
+    mean_abs: float | None
+    relative_error: float | None = _opt(description="mean |artifact - float| / mean |float|")
+    top1_agreement: float | None = None
+    step_agreement: float | None = None
+    string_match: float | None = _opt(description="share of samples whose greedy CTC strings "
+                                      "(argmax per step, repeats collapsed, blank_index "
+                                      "dropped) are identical")
+    blank_index: int | None = _opt(minimum=0)
+    collapsed: str | None = _opt(description="why the artifact's values no longer follow the "
+                                 "float ones (null: they do)")
+    groups: list[ChannelGroupFigures] | None = None
+
+
+@dataclass(frozen=True)
+class TaskFigure:
+    """--task: the task metric of the artifact against the float model."""
+
+    task: Task
+    metric: Literal["top1_agreement", "detection_f1", "string_match", "relative_error"]
+    value: float | None
+    samples: int = field(metadata={"minimum": 1})
+    outputs: list[str]
+    details: dict[str, Any] = field(metadata={"description": "how it was measured (thresholds, "
+                                              "detection counts, decoder; keys vary by task)"})
+
+
+@dataclass(frozen=True)
 class Validation:
     """All validation figures of the artifact in its real runtime against the float model."""
 
@@ -110,10 +169,17 @@ class Validation:
     value: float | None
     delta: float | None
     top1_agreement: float | None
-    sqnr_db: float | None
+    sqnr_db: float | None = field(metadata={"description": "pooled over every output in "
+                                            "pooled_over: a quality figure only for one output "
+                                            "of one scale (see outputs)"})
     cosine: float | None
     max_abs: float | None
     runtime: str = field(metadata={"description": "where it ran: host and runtime"})
+    pooled_over: list[str] | None = None
+    outputs: list[OutputFigures] | None = None
+    task: TaskFigure | None = None
+    collapsed: list[str] | None = _opt(description="collapsed outputs and channel groups")
+    accepted_collapsed: bool | None = _opt(description="--accept-collapsed: built anyway")
 
 
 @dataclass(frozen=True)

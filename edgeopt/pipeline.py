@@ -58,7 +58,7 @@ from edgeopt.tflite_metadata import (
 )
 from edgeopt.tflite_prepare import given_scheme
 from edgeopt.tflite_reader import read_tflite
-from edgeopt.validate import Validation, compare
+from edgeopt.validate import Validation, check_collapsed, compare
 
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
              "onnxruntime", "onnx2tf", "numpy")
@@ -312,7 +312,7 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "recipe": {"scheme": artifact.scheme or config.scheme, "method": artifact.method,
                    "io_dtype": _io_dtype(specs.inputs)},
         "accuracy": validation.accuracy_json(),
-        "validation": {**validation.to_json(), "runtime": _where(artifact)},
+        "validation": _validation_record(validation, artifact, config),
         "placement": None, "estimate": None,  # filled, or explained, by the records below
         "conversion": artifact.conversion,
         "sizes": {"source_bytes": handle.size_bytes, "float_tflite_bytes":
@@ -390,14 +390,33 @@ LOW_SQNR_DB = 15.0
 ACCURACY_DROP = 0.01
 
 
+def _validation_record(validation: Validation, artifact: Artifact, config: BuildConfig) -> dict:
+    record = {**validation.to_json(), "runtime": _where(artifact)}
+    if validation.collapsed:
+        record["accepted_collapsed"] = bool(config.accept_collapsed)
+    return record
+
+
 def _accuracy_notes(validation: Validation) -> list[str]:
     """Say so when compression cost more than it should; never hide a collapse."""
-    notes = []
-    if validation.sqnr_db < LOW_SQNR_DB:
+    notes = [f"collapsed, built anyway (--accept-collapsed): {line}"
+             for line in validation.collapsed]
+    for out in validation.outputs:
+        if out.worst_sqnr_db < LOW_SQNR_DB and not out.collapse_lines():
+            notes.append(f"output {out.name!r}: SQNR against the float model is "
+                         f"{out.worst_sqnr_db:.1f} dB (below {LOW_SQNR_DB:.0f} dB"
+                         f"{', worst channel group' if out.groups else ''}): it departs from "
+                         "the float one; check it on your task before shipping")
+    if not validation.outputs and validation.sqnr_db < LOW_SQNR_DB:
         notes.append(f"output SQNR against the float model is {validation.sqnr_db:.1f} dB "
-                     f"(below {LOW_SQNR_DB:.0f} dB): the compressed model departs from the "
-                     "float one; check it on your task before shipping")
-    if validation.delta is not None and validation.metric != "sqnr_db" \
+                     f"(below {LOW_SQNR_DB:.0f} dB)")
+    if not validation.pooled_is_honest:
+        what = (f"{len(validation.outputs)} outputs" if len(validation.outputs) > 1 else
+                "channel groups of different scales")
+        notes.append(f"validation.sqnr_db ({validation.sqnr_db:.1f} dB) pools {what}: read "
+                     "the per-output figures (validation.outputs)")
+    if validation.delta is not None and validation.metric in ("top1_accuracy", "top1_agreement",
+                                                              "detection_f1", "string_match") \
             and validation.delta < -ACCURACY_DROP:
         notes.append(f"{validation.metric} dropped by {-validation.delta:.3f} "
                      f"({validation.reference:.4f} -> {validation.value:.4f})")
@@ -516,6 +535,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     output = Path(config.output)
     check_destination(output)
     handle = with_input_shapes(load_model(config.model), config.input_shapes)
+    config.task_spec().check_outputs([o.name for o in handle.outputs])
     check_path_length(output / f"{handle.stem}.{config.format}")  # the bundle's model file
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = _build_data(config, handle)
@@ -545,9 +565,12 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
             artifact = with_build_metadata(artifact, config, handle, profile,
                                            _preprocessing(calib, artifact.conversion))
         islands = artifact_float_ops(artifact, config)
-        progress(f"validating in {artifact.runner.label}")
+        progress(f"validating in {artifact.runner.label} on {evaluation.count} evaluation "
+                 "samples")
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
-                             evaluation.labels)
+                             evaluation.labels, [o.name for o in handle.outputs],
+                             config.task_spec())
+        check_collapsed(validation, config.accept_collapsed)
         specs = _artifact_specs(artifact, workdir)
     progress(f"placing ops on {profile.delegate}")
     placement = place_artifact(artifact, profile, config.require_full_delegation)

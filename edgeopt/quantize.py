@@ -35,9 +35,13 @@ from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
 from edgeopt.float_islands import FULL_INTEGER_SCHEMES, require_full_integer
 from edgeopt.model import load_model, tflite_interpreter, with_input_shapes
+from edgeopt.runtime import OnnxRunner, TFLiteRunner, run_dataset
+from edgeopt.summary import output_rows
+from edgeopt.task_spec import DEFAULT_BLANK_INDEX, DEFAULT_SCORE_THRESHOLD, TaskSpec
 from edgeopt.tflite_metadata import check_labels_file, with_quantize_metadata
 from edgeopt.tflite_prepare import given_scheme
 from edgeopt.tflite_reader import read_tflite
+from edgeopt.validate import check_collapsed, compare
 
 Progress = Callable[[str], None]
 RANGE_METHODS = values(RangeMethod, RangeMethod.CONVERTER)
@@ -99,6 +103,19 @@ class QuantizeRequest:
     labels: str | None = None               # class names packed into a .tflite's metadata
     input_shapes: tuple[str, ...] = ()      # --input-shape NAME:DIMS fixes dynamic dims
     require_full_integer: bool = False      # fail when a w8a8/w4a8 model keeps a float op
+    task: str | None = None                 # what the outputs are (edgeopt.task_spec)
+    task_output: str | None = None
+    boxes: str | None = None
+    scores: str | None = None
+    box_format: str = "cxcywh"
+    score_threshold: float = DEFAULT_SCORE_THRESHOLD
+    blank_index: int = DEFAULT_BLANK_INDEX
+    accept_collapsed: bool = False
+
+    def task_spec(self) -> TaskSpec:
+        return TaskSpec.from_flags(self.task, self.task_output, self.boxes, self.scores,
+                                   self.box_format, self.score_threshold, self.blank_index,
+                                   self.accept_collapsed)
 
 
 def build_config(request: QuantizeRequest) -> QuantConfig:
@@ -113,10 +130,10 @@ def build_config(request: QuantizeRequest) -> QuantConfig:
 
 
 def _data(handle, request: QuantizeRequest):
-    """--calib/--eval as every command reads them; a held-back share only for the budget
-    search, which must not score on the samples it calibrated on."""
+    """--calib/--eval as every command reads them; without --eval a held-back share, so the
+    figures quantize prints are never measured on the samples it calibrated on."""
     spec = DataSpec(request.calib, request.eval, request.mean, request.std)
-    return load_data(spec, handle.inputs, hold_out=request.accuracy_budget is not None)
+    return load_data(spec, handle.inputs)
 
 
 def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
@@ -154,7 +171,9 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     if request.require_full_integer and config.scheme not in FULL_INTEGER_SCHEMES:
         raise ConfigError(f"--require-full-integer needs scheme w8a8 or w4a8, got "
                           f"'{config.scheme}'")
+    task = request.task_spec()
     handle = with_input_shapes(load_model(request.model), request.input_shapes)
+    task.check_outputs([o.name for o in handle.outputs])
     if output.suffix != ".onnx":
         check_labels_file(request.labels, handle)
     calib, evaluation = _data(handle, request)
@@ -165,12 +184,15 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
         if handle.format != "onnx":
             raise ConfigError(f"-o {output.name}: an .onnx output needs an .onnx model "
                               f"(got {handle.format}); write .tflite instead")
-        result = quantize_onnx(handle.path, calib.arrays, config,
-                               evaluation.arrays if evaluation else None,
-                               evaluation.labels if evaluation else None, progress)
+        result = quantize_onnx(handle.path, calib.arrays, config, evaluation.arrays,
+                               evaluation.labels, progress)
+        float_model, eval_arrays = handle.path.read_bytes(), evaluation.arrays
     else:
-        result = _to_tflite(handle, calib, evaluation, config, progress)
+        result, float_model, eval_arrays = _to_tflite(handle, calib, evaluation, config,
+                                                      progress)
         result = with_quantize_metadata(result, handle, request, calib)
+    result = _validated(result, float_model, eval_arrays, evaluation.labels, handle, task,
+                        progress)
     result = _with_data_warnings(result, calib, evaluation)
     if request.require_full_integer:
         require_full_integer(result.float_ops or [], result.scheme)
@@ -184,14 +206,51 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     return {"output": str(output), "source": source, **result.to_json()}
 
 
+def _runner(content: bytes, fmt: str, input_names: list[str]):
+    return OnnxRunner(content) if fmt == "onnx" else TFLiteRunner(content, input_names)
+
+
+def _output_names(float_outputs: list[np.ndarray], handle) -> list[str]:
+    """The source's output names when the artifact's outputs line up with them (count and
+    per-sample shapes, -1 matching any size), else output_0, output_1, ..."""
+    def fits(spec, out: np.ndarray) -> bool:
+        dims = spec.shape[1:]
+        return len(spec.shape) == out.ndim and all(d in (-1, n) for d, n in
+                                                   zip(dims, out.shape[1:]))
+
+    source = handle.outputs
+    if len(source) == len(float_outputs) and all(map(fits, source, float_outputs)):
+        return [spec.name for spec in source]
+    return [f"output_{i}" for i in range(len(float_outputs))]
+
+
+def _validated(result: QuantResult, float_model: bytes, arrays: dict, labels, handle,
+               task: TaskSpec, progress) -> QuantResult:
+    """Per-output figures and the task metric on the held-out samples; a collapsed output
+    stops here, before anything is written (unless --accept-collapsed)."""
+    if progress:
+        progress(f"validating each output on {len(next(iter(arrays.values())))} evaluation "
+                 "samples")
+    names = list(arrays)
+    reference = run_dataset(_runner(float_model, result.format, names), arrays)
+    outputs = run_dataset(_runner(result.model, result.format, names), arrays)
+    validation = compare(reference, outputs, labels, _output_names(reference, handle), task)
+    check_collapsed(validation, task.accept_collapsed)
+    record = {**(result.validation or {}), **validation.to_json()}
+    if validation.collapsed:
+        record["accepted_collapsed"] = True
+    return replace(result, validation=record)
+
+
 def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
     """What did not fit the model in the data (images, few samples) leads the warnings."""
     found = calib.warnings + (evaluation.warnings if evaluation else ())
     return replace(result, warnings=list(dict.fromkeys([*found, *result.warnings])))
 
 
-def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> QuantResult:
-    """Convert to a float .tflite when needed, move the data to its layout, quantize."""
+def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress):
+    """Convert to a float .tflite when needed, move the data to its layout, quantize:
+    (result, the float .tflite, the evaluation arrays in its layout)."""
     if progress:
         progress("converting to a float .tflite")
     with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
@@ -200,7 +259,8 @@ def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress) -> Quan
     eval_arrays = _keyed(permuted(evaluation.arrays, perms), float_tflite) if evaluation \
         else None
     labels = evaluation.labels if evaluation else None
-    return quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)
+    result = quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)
+    return result, float_tflite, eval_arrays
 
 
 def report_page(result: QuantResult) -> str:
@@ -219,10 +279,13 @@ def summary(record: dict) -> str:
     lines = [f"wrote {record['output']} ({record['size_bytes'] / 1024:.1f} KiB, "
              f"{record['scheme']}, {record['format']})", f"method    {record['method']}"]
     if validation:
-        lines.append(f"validated {validation.get('samples')} samples in "
-                     f"{validation.get('runtime')}: output SQNR "
+        pooled = "output SQNR" if len(validation.get("outputs") or ()) <= 1 else \
+            f"pooled SQNR over {len(validation['outputs'])} outputs"
+        lines.append(f"validated {validation.get('samples')} evaluation samples in "
+                     f"{validation.get('runtime')}: {pooled} "
                      f"{_fmt(validation.get('sqnr_db'))} dB, {validation.get('metric')} "
                      f"{_fmt(validation.get('value'))}")
+        lines += [f"{k:<9} {v}" for k, v in output_rows(validation)]
     worst = record.get("layer_report") or []
     if worst:
         lines.append(f"worst layer {worst[0]['layer']} ({worst[0]['precision']}): "

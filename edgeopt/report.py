@@ -13,6 +13,7 @@ from edgeopt import report_svg as svg
 from edgeopt.report_compression import compression_body
 from edgeopt.report_data import data_rows
 from edgeopt.report_svg import Bar
+from edgeopt.report_validation import validation_body
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d232b;
@@ -35,7 +36,7 @@ h3{font-size:14px;margin:14px 0 6px}svg{display:block;margin:6px 0}section{overf
 .legend{display:flex;flex-wrap:wrap;gap:6px 16px;margin:6px 0;font-size:12px}
 .swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px}
 details{margin-top:10px}summary{cursor:pointer;color:#2b6cb0}
-.layer-chart svg{overflow:visible}
+.layer-chart svg{overflow:visible}.bad{color:#b42318}
 """
 
 
@@ -52,16 +53,16 @@ def _num(value, digits: int = 4) -> str:
 
 
 def _metric(metric: str, value) -> str:
-    """Top-1 figures as percentages, SQNR in dB."""
+    """Shares (top-1, F1, string match, relative error) as percentages, SQNR in dB."""
     if value is None:
         return "—"
-    return f"{value:.1f} dB" if metric == "sqnr_db" else f"{100 * value:.2f}%"
+    return f"{value:.1f} dB" if metric.endswith("sqnr_db") else f"{100 * value:.2f}%"
 
 
 def _delta(metric: str, value) -> str:
     if value is None:
         return "—"
-    return f"{value:+.1f} dB" if metric == "sqnr_db" else f"{100 * value:+.2f} points"
+    return f"{value:+.1f} dB" if metric.endswith("sqnr_db") else f"{100 * value:+.2f} points"
 
 
 def _size(n: int | None) -> str:
@@ -151,12 +152,7 @@ def _io(m: dict) -> str:
 
 
 def _validation(m: dict) -> str:
-    v = m["validation"]
-    rows = [("samples", v["samples"]), ("runtime", _e(v["runtime"])),
-            ("top-1 agreement with float", _num(v["top1_agreement"])),
-            ("output SQNR (dB)", _num(v["sqnr_db"])), ("cosine", _num(v["cosine"], 6)),
-            ("max abs error", _num(v["max_abs"]))]
-    return _section("validation", "Validation", _table(rows))
+    return _section("validation", "Validation", validation_body(m["validation"], _table))
 
 
 def _conversion(m: dict) -> str:

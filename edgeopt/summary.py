@@ -51,6 +51,44 @@ def _accuracy_row(acc: dict, colour: bool) -> str:
             f"(delta {paint(_fmt(delta), shade, colour)})")
 
 
+def _share(value) -> str:
+    return "—" if value is None else f"{100 * value:.2f}%"
+
+
+def _kind_text(out: dict) -> str:
+    if out["kind"] == "classes":
+        return f"top-1 agreement {_share(out.get('top1_agreement'))}"
+    if out["kind"] == "sequence":
+        return (f"per-step agreement {_share(out.get('step_agreement'))}, decoded strings "
+                f"{_share(out.get('string_match'))} same (CTC blank {out.get('blank_index')})")
+    return f"relative error {_share(out.get('relative_error'))}"
+
+
+def _db(value) -> str:
+    return "—" if value is None else f"{value:.1f} dB"
+
+
+def output_rows(validation: dict) -> list[tuple[str, str]]:
+    """One row per output (and per channel group of a mixed-scale output)."""
+    rows = []
+    for out in validation.get("outputs") or []:
+        state = f"; COLLAPSED: {out['collapsed']}" if out.get("collapsed") else ""
+        rows.append((f"output {out['name']}", f"{out['kind']}: SQNR {_db(out['sqnr_db'])}, "
+                     f"cosine {_fmt(out['cosine'])}, {_kind_text(out)}{state}"))
+        for g in out.get("groups") or []:
+            role = f" {g['role']}" if g.get("role") else ""
+            state = f"; COLLAPSED: {g['collapsed']}" if g.get("collapsed") else ""
+            rows.append((f"  {g['start']}:{g['end']}{role}",
+                         f"[{g['float_min']:.3g}, {g['float_max']:.3g}]: SQNR "
+                         f"{_db(g['sqnr_db'])}, cosine {_fmt(g['cosine'])}{state}"))
+    task = validation.get("task")
+    if task:
+        rows.append((f"task {task['task']}", f"{task['metric'].replace('_', ' ')} "
+                     f"{_share(task['value'])} against the float model "
+                     f"({task['samples']} samples)"))
+    return rows
+
+
 def _estimate_row(m: dict) -> str:
     if not m.get("estimate"):
         return m.get("estimate_note", "—")
@@ -96,7 +134,9 @@ def build_summary(result, colour: bool = False) -> str:
         *_compression_rows(m),
         ("size", _size_row(m)),
         (acc["metric"], _accuracy_row(acc, colour)),
-        ("validated", f"{m['validation']['samples']} samples, {m['validation']['runtime']}"),
+        ("validated", f"{m['validation']['samples']} samples ({m['data']['evaluation']}, "
+                      f"not calibrated on), {m['validation']['runtime']}"),
+        *output_rows(m["validation"]),
         *_float_ops_rows(m),
         ("placement", placement_text(m)),
         ("estimate", _estimate_row(m)),

@@ -23,6 +23,7 @@ from edgeopt.cli.shared import (
     json_option,
     step_progress,
 )
+from edgeopt.cli.task import task_options
 from edgeopt.config import BuildConfig, device_names
 from edgeopt.errors import ConfigError
 from edgeopt.pipeline import build as run_build
@@ -70,6 +71,7 @@ def _default(name: str):
               "into the .tflite as its TFLite-metadata label file (default: the image "
               "folder's classes).")
 @input_shape_option
+@task_options
 @click.option("--require-full-delegation", is_flag=True,
               help="Fail when any op would fall back to the CPU.")
 @click.option("--require-full-integer", is_flag=True,

@@ -18,6 +18,7 @@ from edgeopt.cli.shared import (
     normalisation_options,
     step_progress,
 )
+from edgeopt.cli.task import task_options
 from edgeopt.quantize import QuantizeRequest, build_config, quantize_file, summary
 from edgeopt.quiet import library_output_to_log
 
@@ -53,6 +54,7 @@ from edgeopt.quiet import library_output_to_log
               "classes).")
 @click.option("--require-full-integer", is_flag=True, help="Fail when the w8a8/w4a8 model "
               "keeps any op in float (each is named); nothing is written.")
+@task_options
 @click.option("--no-bias-correction", is_flag=True, help="Keep the rounded weights' biases.")
 @click.option("--report", type=PATH, default=None, help="Also write an HTML page with the "
               "layer chart.")
