@@ -187,6 +187,13 @@ def fit_one(name: str, rows: Sequence[Measurement], build_missing: bool = True,
     if not samples:
         raise DeviceError(f"{name}: none of its {len(mine)} corpus rows has a stand-in built "
                           "(python -m edgeopt.devices.standins --build --fitted)")
+    return fit_samples(name, prior, samples, skipped, methods, progress)
+
+
+def fit_samples(name: str, prior: DeviceProfile, samples: Sequence[RowSample],
+                skipped: int = 0, methods: Sequence[str] = METHODS,
+                progress: Progress | None = None) -> ProfileFit:
+    """Fit every method on ``samples``, cross-validate it, keep the better one."""
     plain = [s.sample for s in samples]
     results = {}
     for method in methods:
@@ -196,9 +203,8 @@ def fit_one(name: str, rows: Sequence[Measurement], build_missing: bool = True,
                                        tuple(predict_s(plain, fitted)))
     best = min(results.values(), key=lambda m: median_abs_error(
         [s.measured_s for s in plain], m.cv_predicted_s))
-    basis = _basis(name, samples, best)
     return ProfileFit(name, prior, tuple(samples), skipped, tuple(predict_s(plain, prior)),
-                      results, basis)
+                      results, _basis(name, samples, best))
 
 
 def _basis(name: str, samples: Sequence[RowSample], best: MethodResult) -> FitBasis:
@@ -207,9 +213,9 @@ def _basis(name: str, samples: Sequence[RowSample], best: MethodResult) -> FitBa
     families = tuple(sorted({s.row.model_family for s in samples}))
     devices = tuple(sorted({s.row.device for s in samples}))
     p10, p90 = (float(v) for v in np.quantile(residuals, [0.1, 0.9]))
+    rows_of = PROFILE_ROWS[name].describes if name in PROFILE_ROWS else name
     source = (f"fitted by `edgeopt devices fit` ({best.method}) to {len(samples)} published "
-              f"rows of {PROFILE_ROWS[name].describes} (devices/measurements), "
-              f"leave-one-family-out CV")
+              f"rows of {rows_of} (devices/measurements), leave-one-family-out CV")
     return FitBasis(best.method, len(samples), families, devices, len(samples),
                     median_abs_error(measured, best.cv_predicted_s), p10, p90, best.scale,
                     best.values, source)
