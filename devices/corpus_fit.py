@@ -10,7 +10,9 @@ is kept:
   per-invoke overheads, bandwidths and synchronisation, non-negative least squares on
   relative errors with a pull towards the prior;
 * ``scale``: one factor on every time figure of the prior (the prior's shape, the data's
-  level), the median of log(measured / prior estimate).
+  level), the median of log(measured / prior estimate);
+* ``scaled-opclass``: the scale, then the op-class fit around the scaled prior with a
+  strong pull towards it (`SHRINK`), so a value moves only where many rows ask for it.
 
 Cross validation: for each model family, fit on the other families' rows and predict the
 held-out family's rows. The profile stores its fit, the rows, the families, the CV median
@@ -45,6 +47,7 @@ from edgeopt.graph import Graph
 from edgeopt.tflite_reader import read_tflite
 
 Progress = Callable[[str], None]
+SHRINK = 0.3   # prior weight of scaled-opclass, per value, against 1 per row
 FIT_HEADER = "[fit]"
 
 
@@ -143,10 +146,14 @@ def predict_s(samples: Sequence[Sample], profile: DeviceProfile) -> list[float]:
 def fit_method(samples: Sequence[Sample], prior: DeviceProfile, method: str
                ) -> tuple[DeviceProfile, dict, float]:
     """(fitted profile, fitted values, scale) of one method on ``samples``."""
-    if method == "scale":
+    if method in ("scale", "scaled-opclass"):
         ratios = [math.log(s.measured_s / p) for s, p in zip(samples, predict_s(samples, prior))]
         scale = float(math.exp(np.median(ratios)))
-        return replace(prior, hardware=scale_times(prior.tables(), scale, "fit")), {}, scale
+        scaled = replace(prior, hardware=scale_times(prior.tables(), scale, "fit"))
+        if method == "scale":
+            return scaled, {}, scale
+        result = fit_profile(list(samples), scaled, FitConfig(prior_weight=SHRINK))
+        return result.apply(scaled), dict(result.values), scale
     result = fit_profile(list(samples), prior, FitConfig())
     return result.apply(prior), dict(result.values), 1.0
 

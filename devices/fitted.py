@@ -6,7 +6,8 @@ values over them:
 
     [fit]
     basis = "fitted: 41 rows, CV median error 14%"
-    method = "opclass"          # or "scale": every time figure times `scale`
+    method = "opclass"          # "scale": every time figure times `scale`; "scaled-opclass":
+                                # the scale, then op-class values fitted around it
     scale = 1.0
     rows = 41
     families = ["densenet", "inception", "mobilenet"]
@@ -37,7 +38,7 @@ from edgeopt.devices.hardware import ComputeUnit, Hardware
 from edgeopt.errors import DeviceError
 
 PRIOR_BASIS = "prior: unvalidated"
-METHODS = ("opclass", "scale")
+METHODS = ("opclass", "scale", "scaled-opclass")
 # ("eff", unit, dtype, kind) | ("ovh", unit, kind) | ("invoke", unit) | ("bw", level)
 # | ("sync", link); values in the fit's own units: 1/efficiency, s, s, s/byte, s.
 Key = tuple
@@ -130,9 +131,10 @@ def basis_text(fit: FitBasis | None) -> str:
 
 
 def apply_fit(hw: Hardware, fit: FitBasis) -> Hardware:
-    """``hw`` with the fitted values laid over its prior figures."""
+    """``hw`` with the fitted values laid over its prior figures: every time figure times
+    the scale first, then the fitted values (absolute, not scaled again)."""
     source = fit.source or fit.basis
-    return scale_times(apply_values(hw, fit.values, source), fit.scale, source)
+    return apply_values(scale_times(hw, fit.scale, source), fit.values, source)
 
 
 def apply_values(hw: Hardware, values: Mapping[Key, float], source: str) -> Hardware:

@@ -23,6 +23,7 @@ from edgeopt.devices.corpus_fit import (
     prior_profile,
     write_fit,
 )
+from edgeopt.devices.estimator import estimate
 from edgeopt.devices.fit import Sample, apply_values
 from edgeopt.devices.fitted import PRIOR_BASIS, scale_times
 from edgeopt.devices.profile import all_profiles, load_profile, parse_profile
@@ -120,6 +121,13 @@ def test_fit_table_is_laid_over_the_prior_when_the_profile_loads(models, tmp_pat
     assert predict_s(samples, bare) == pytest.approx(predict_s(samples, prior), rel=1e-9)
     low, high = loaded.fit.interval(10.0)
     assert low <= high
+    # estimates carry the basis and the p10-p90 interval; a prior says it is unvalidated
+    record = estimate(rows[0].sample.graph, loaded, model=rows[0].sample.model).to_json()
+    assert record["basis"] == loaded.basis
+    assert record["interval_ms"] == pytest.approx(
+        [v * 1e3 for v in loaded.fit.interval(record["latency_ms"] / 1e3)], rel=1e-4)
+    bare_record = estimate(rows[0].sample.graph, bare, model=rows[0].sample.model).to_json()
+    assert (bare_record["basis"], bare_record["interval_ms"]) == (PRIOR_BASIS, None)
     # writing again replaces the table instead of adding a second one
     again = write_fit(dataclasses.replace(result, prior=loaded), tmp_path)
     assert again.read_text().count("[fit]") == 1
