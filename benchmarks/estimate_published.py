@@ -71,13 +71,14 @@ def summarise(result: ProfileFit) -> dict:
                          coverage(measured, cv, families),
                          "fitted_rows_median_abs_error": accuracy(
                              measured, np.array(method.fitted_predicted_s))["median_abs_error"]}
+    before = accuracy(measured, np.array(result.prior_predicted_s))
     target = TARGETS.get(result.name, OTHER_TARGET)
-    chosen = methods[result.chosen.method]
+    chosen = methods.get(result.chosen.method, before)
     return {"profile": result.name, "rows": len(result.samples),
             "rows_without_standin": result.skipped,
             "families": sorted(set(result.families)),
             "devices": list(result.chosen.devices),
-            "before": accuracy(measured, np.array(result.prior_predicted_s)),
+            "before": before, "basis": result.chosen.basis,
             "after": methods, "chosen_method": result.chosen.method,
             "target_median_abs_error": target,
             "meets_target": chosen["median_abs_error"] <= target,
@@ -87,8 +88,12 @@ def summarise(result: ProfileFit) -> dict:
                              "prior_ms": round(p * 1e3, 4),
                              "cv_ms": round(c * 1e3, 4)}
                             for s, p, c in zip(result.samples, result.prior_predicted_s,
-                                               result.methods[result.chosen.method]
-                                               .cv_predicted_s)]}
+                                               _chosen_cv(result))]}
+
+
+def _chosen_cv(result: ProfileFit) -> tuple[float, ...]:
+    method = result.methods.get(result.chosen.method)
+    return method.cv_predicted_s if method else result.prior_predicted_s
 
 
 def table(summaries: list[dict]) -> str:
@@ -96,6 +101,14 @@ def table(summaries: list[dict]) -> str:
              "median \\|err\\| | ±10% | ±25% | ±50% | interval coverage | target |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
+        if s["chosen_method"] == "prior":
+            lines.append(f"| {s['profile']} | {s['rows']} | {len(s['families'])} | "
+                         f"{s['before']['median_abs_error']:.0%} | prior (kept: no fit did "
+                         f"better) | {s['before']['median_abs_error']:.0%} | "
+                         f"{s['before']['within_10']:.0%} | {s['before']['within_25']:.0%} | "
+                         f"{s['before']['within_50']:.0%} | - | "
+                         f"≤ {s['target_median_abs_error']:.0%} "
+                         f"{'met' if s['meets_target'] else ''} |")
         for name, m in s["after"].items():
             mark = " (kept)" if name == s["chosen_method"] else ""
             lines.append(

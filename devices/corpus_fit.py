@@ -3,8 +3,8 @@ leave-one-model-family-out cross validation.
 
 Per profile (corpus_map.py says which rows): each row whose model has a Keras stand-in
 (standins.py) becomes a `fit.Sample` of the stand-in's graph and the published latency.
-Two models are fitted and cross-validated; the one with the lower held-out median error
-is kept:
+Three models are fitted and cross-validated; the one with the lower held-out median
+error is kept (the prior figures themselves when none beats them, marked "validated"):
 
 * ``opclass``: `fit.fit_profile`, efficiencies per (unit, dtype, op kind), per-op and
   per-invoke overheads, bandwidths and synchronisation, non-negative least squares on
@@ -39,7 +39,7 @@ from edgeopt.devices.corpus_map import PROFILE_ROWS, profile_rows
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.estimator import resolve_assignment
 from edgeopt.devices.fit import FitConfig, Sample, fit_profile
-from edgeopt.devices.fitted import METHODS, FitBasis, scale_times
+from edgeopt.devices.fitted import FIT_METHODS, FitBasis, scale_times
 from edgeopt.devices.profile import DeviceProfile, _profile_files, parse_profile
 from edgeopt.devices.standins import build, cached, standin_for
 from edgeopt.errors import DeviceError
@@ -185,7 +185,7 @@ def median_abs_error(measured: Sequence[float], predicted: Sequence[float]) -> f
 
 
 def fit_one(name: str, rows: Sequence[Measurement], build_missing: bool = True,
-            methods: Sequence[str] = METHODS, progress: Progress | None = None
+            methods: Sequence[str] = FIT_METHODS, progress: Progress | None = None
             ) -> ProfileFit:
     """Fit and cross-validate the profile ``name`` on its corpus rows."""
     prior = prior_profile(name)
@@ -198,7 +198,7 @@ def fit_one(name: str, rows: Sequence[Measurement], build_missing: bool = True,
 
 
 def fit_samples(name: str, prior: DeviceProfile, samples: Sequence[RowSample],
-                skipped: int = 0, methods: Sequence[str] = METHODS,
+                skipped: int = 0, methods: Sequence[str] = FIT_METHODS,
                 progress: Progress | None = None) -> ProfileFit:
     """Fit every method on ``samples``, cross-validate it, keep the better one."""
     plain = [s.sample for s in samples]
@@ -208,10 +208,14 @@ def fit_samples(name: str, prior: DeviceProfile, samples: Sequence[RowSample],
         cv = cross_validate(samples, prior, method, progress)
         results[method] = MethodResult(method, fitted, values, scale, tuple(cv),
                                        tuple(predict_s(plain, fitted)))
-    best = min(results.values(), key=lambda m: median_abs_error(
+    prior_s = tuple(predict_s(plain, prior))
+    # the prior was fitted to none of the rows: its errors are held-out errors already
+    # (first, so that a tie - one family, nothing to cross-validate on - keeps the prior)
+    candidates = [MethodResult("prior", prior, {}, 1.0, prior_s, prior_s), *results.values()]
+    best = min(candidates, key=lambda m: median_abs_error(
         [s.measured_s for s in plain], m.cv_predicted_s))
-    return ProfileFit(name, prior, tuple(samples), skipped, tuple(predict_s(plain, prior)),
-                      results, _basis(name, samples, best))
+    return ProfileFit(name, prior, tuple(samples), skipped, prior_s, results,
+                      _basis(name, samples, best))
 
 
 def _basis(name: str, samples: Sequence[RowSample], best: MethodResult) -> FitBasis:

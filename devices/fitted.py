@@ -38,7 +38,9 @@ from edgeopt.devices.hardware import ComputeUnit, Hardware
 from edgeopt.errors import DeviceError
 
 PRIOR_BASIS = "prior: unvalidated"
-METHODS = ("opclass", "scale", "scaled-opclass")
+FIT_METHODS = ("opclass", "scale", "scaled-opclass")
+# "prior": checked against the rows, and no fit predicted held-out rows better
+METHODS = (*FIT_METHODS, "prior")
 # ("eff", unit, dtype, kind) | ("ovh", unit, kind) | ("invoke", unit) | ("bw", level)
 # | ("sync", link); values in the fit's own units: 1/efficiency, s, s, s/byte, s.
 Key = tuple
@@ -62,6 +64,9 @@ class FitBasis:
 
     @property
     def basis(self) -> str:
+        if self.method == "prior":
+            return (f"validated: {self.rows} rows, median error {self.cv_median_abs_error:.0%} "
+                    "(prior figures; no fit did better on held-out families)")
         return f"fitted: {self.rows} rows, CV median error {self.cv_median_abs_error:.0%}"
 
     def interval(self, latency: float) -> tuple[float, float]:

@@ -57,7 +57,7 @@ class DeviceProfile:
 
     @property
     def basis(self) -> str:
-        """``fitted: N rows, CV median error X%`` or ``prior: unvalidated``."""
+        """``fitted: N rows, CV median error X%``, ``validated: ...`` or ``prior: unvalidated``."""
         return basis_text(self.fit)
 
     def tables(self) -> Hardware:

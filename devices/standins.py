@@ -35,6 +35,8 @@ import numpy as np
 from edgeopt.atomic import write_file_atomic
 from edgeopt.devices.corpus import Measurement, load_corpus
 from edgeopt.devices.corpus_map import PROFILE_ROWS, profile_rows
+from edgeopt.quiet import captured_prints, library_output_to_log
+from edgeopt.tf_env import offline_environment, quiet_tensorflow
 
 # corpus model -> (keras.applications constructor, alpha or None)
 KERAS_STANDINS: dict[str, tuple[str, float | None]] = {
@@ -183,8 +185,6 @@ def build(spec: StandIn) -> Path:
 
 
 def _keras():
-    from edgeopt.tf_env import offline_environment, quiet_tensorflow
-
     offline_environment()
     quiet_tensorflow()
     import keras
@@ -211,8 +211,6 @@ def convert(model, precision: str) -> bytes:
     """Keras model -> float `.tflite`, or full int8 (uint8 IO, as the hosted and Coral
     quantized models have) calibrated on a few seeded random inputs."""
     import tensorflow as tf
-
-    from edgeopt.quiet import captured_prints, library_output_to_log
 
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     if precision == "int8":

@@ -142,7 +142,8 @@ def test_a_bad_fit_table_names_the_file_and_the_table(tmp_path):
 
 def test_every_shipped_profile_loads_and_states_its_basis():
     for profile in all_profiles():
-        assert profile.basis == PRIOR_BASIS or profile.basis.startswith("fitted: ")
+        assert profile.basis == PRIOR_BASIS or profile.basis.startswith(("fitted: ",
+                                                                         "validated: "))
         assert profile.summary()["basis"] == profile.basis
 
 
