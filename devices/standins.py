@@ -28,6 +28,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 import numpy as np
@@ -155,8 +156,10 @@ def plan(rows: Iterable[Measurement], only: Sequence[str] = ()) -> list[StandIn]
 
 def fitted_plan(rows: Sequence[Measurement], only: Sequence[str] = ()) -> list[StandIn]:
     """The stand-ins of the rows the device profiles are fitted to (corpus_map.py), taking
-    each profile's next most-measured one in turn, so a partial build serves every profile."""
-    queues = [plan(profile_rows(rows, name), only) for name in PROFILE_ROWS]
+    each profile's next one in turn, and within a profile each model family in turn (the
+    cross validation needs several families more than many rows of one), so a partial
+    build serves every profile."""
+    queues = [_by_family(profile_rows(rows, name), only) for name in PROFILE_ROWS]
     ordered: list[StandIn] = []
     while any(queues):
         for queue in queues:
@@ -165,6 +168,15 @@ def fitted_plan(rows: Sequence[Measurement], only: Sequence[str] = ()) -> list[S
             if queue:
                 ordered.append(queue.pop(0))
     return ordered
+
+
+def _by_family(rows: Sequence[Measurement], only: Sequence[str]) -> list[StandIn]:
+    """`plan` of ``rows``, taking the most-measured stand-in of each family in turn."""
+    family = {r.model: r.model_family for r in rows}
+    groups: dict[str, list[StandIn]] = {}
+    for spec in plan(rows, only):
+        groups.setdefault(family[spec.model], []).append(spec)
+    return [spec for round_ in zip_longest(*groups.values()) for spec in round_ if spec]
 
 
 def cached(spec: StandIn) -> Path | None:
