@@ -48,6 +48,7 @@ from edgeopt.tflite_reader import read_tflite
 
 Progress = Callable[[str], None]
 SHRINK = 0.3   # prior weight of scaled-opclass, per value, against 1 per row
+ITERATIONS = 6  # re-classifications of compute- and memory-bound ops (fit.py's loop)
 FIT_HEADER = "[fit]"
 
 
@@ -138,9 +139,26 @@ def _graph_and_units(path: Path, profile: DeviceProfile) -> tuple[Graph, list[st
 
 
 def predict_s(samples: Sequence[Sample], profile: DeviceProfile) -> list[float]:
-    """Estimated latency (s) of each sample on ``profile``."""
-    return [estimate_assigned(s.graph, profile, resolve_assignment(
-        s.graph, profile, s.placement, s.model)).latency_s for s in samples]
+    """Estimated latency (s) of each sample on ``profile`` (one estimate per distinct graph:
+    AI Hub lists one model under several runtimes)."""
+    done: dict[int, float] = {}
+    for s in samples:
+        if id(s.graph) not in done:
+            done[id(s.graph)] = estimate_assigned(s.graph, profile, resolve_assignment(
+                s.graph, profile, s.placement, s.model)).latency_s
+    return [done[id(s.graph)] for s in samples]
+
+
+def merged(samples: Sequence[Sample]) -> list[Sample]:
+    """One sample per distinct graph: the geometric mean of its measurements, weighted by
+    their count (the same least-squares pull, one estimate instead of several)."""
+    groups: dict[int, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(id(s.graph), []).append(s)
+    return [replace(group[0], measured_s=float(np.exp(np.mean([np.log(s.measured_s)
+                                                                 for s in group]))),
+                    weight=float(sum(s.weight for s in group)))
+            for group in groups.values()]
 
 
 def fit_method(samples: Sequence[Sample], prior: DeviceProfile, method: str
@@ -152,9 +170,10 @@ def fit_method(samples: Sequence[Sample], prior: DeviceProfile, method: str
         scaled = replace(prior, hardware=scale_times(prior.tables(), scale, "fit"))
         if method == "scale":
             return scaled, {}, scale
-        result = fit_profile(list(samples), scaled, FitConfig(prior_weight=SHRINK))
+        result = fit_profile(merged(samples), scaled, FitConfig(prior_weight=SHRINK,
+                                                                iterations=ITERATIONS))
         return result.apply(scaled), dict(result.values), scale
-    result = fit_profile(list(samples), prior, FitConfig())
+    result = fit_profile(merged(samples), prior, FitConfig(iterations=ITERATIONS))
     return result.apply(prior), dict(result.values), 1.0
 
 
