@@ -42,7 +42,8 @@ def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssi
         transfers=transfers, invoke_s=invoke_s, idle_energy_j=idle,
         placement=assignment.manifest_json(hw.cpu_unit().name),
         precision=_precision(rows), profile_file=profile.path, params=params,
-        compiler=compiler, notes=_notes(graph, assignment, compiler))
+        compiler=compiler, notes=_notes(graph, assignment, compiler), basis=profile.basis,
+        interval_s=profile.fit.interval(latency) if profile.fit else None)
 
 
 def _unit_param_bytes(costs, assignment: UnitAssignment) -> dict[str, float]:

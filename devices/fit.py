@@ -28,7 +28,7 @@ import numpy as np
 from edgeopt.devices.assignment import UnitAssignment
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.estimator import resolve_assignment
-from edgeopt.devices.figures import Figure
+from edgeopt.devices.fitted import apply_values as apply_hardware_values
 from edgeopt.devices.nnls import nnls
 from edgeopt.devices.profile import DeviceProfile
 from edgeopt.devices.result import Estimate, OpEstimate
@@ -229,30 +229,4 @@ def _bounded(key: Key, value: float, config: FitConfig) -> float:
 def apply_values(profile: DeviceProfile, values: dict[Key, float], source: str
                  ) -> DeviceProfile:
     """``profile`` with fitted values (see `Key`) in place of its figures."""
-    hw = profile.hardware
-    units = dict(hw.units)
-    for name in {k[1] for k in values if k[0] in ("eff", "ovh", "invoke")}:
-        units[name] = _apply_unit(units[name], values, source)
-    memory, links = dict(hw.memory), dict(hw.links)
-    for key, value in values.items():
-        if key[0] == "bw":
-            memory[key[1]] = replace(memory[key[1]], bandwidth=Figure(1.0 / value, source))
-        elif key[0] == "sync":
-            links[key[1]] = replace(links[key[1]], latency=Figure(value, source))
-    return replace(profile, hardware=replace(hw, units=units, memory=memory, links=links))
-
-
-def _apply_unit(unit, values: dict[Key, float], source: str):
-    efficiency = {d: dict(t) for d, t in unit.efficiency.items()}
-    overhead = dict(unit.overhead)
-    invoke = unit.invoke_overhead
-    for key, value in values.items():
-        if key[0] not in ("eff", "ovh", "invoke") or key[1] != unit.name:
-            continue
-        if key[0] == "eff":
-            efficiency.setdefault(key[2], {})[key[3]] = Figure(1.0 / value, source)
-        elif key[0] == "ovh":
-            overhead[key[2]] = Figure(value, source)
-        else:
-            invoke = Figure(value, source)
-    return replace(unit, efficiency=efficiency, overhead=overhead, invoke_overhead=invoke)
+    return replace(profile, hardware=apply_hardware_values(profile.tables(), values, source))

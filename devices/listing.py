@@ -2,7 +2,7 @@
 user cache (`edgeopt devices calibrate`) replaces on this machine.
 
     >>> print(devices_table([p.summary() for p in all_profiles()]))   # doctest: +SKIP
-    name            kind  delegate       precision  io       formats
+    name            kind  delegate       precision  io       formats      basis
     ...
     host-cpu *      cpu   xnnpack        int8       float32  tflite,onnx
     * calibrated on this machine: ~/.cache/edgeopt/profiles/host-cpu.toml ...
@@ -13,14 +13,14 @@ from __future__ import annotations
 from edgeopt.devices.profile import USER_CACHE
 from edgeopt.terminal import table
 
-HEADER = ("name", "kind", "delegate", "precision", "io", "formats")
+HEADER = ("name", "kind", "delegate", "precision", "io", "formats", "basis")
 MARK = " *"
 
 
 def _row(p: dict) -> tuple[str, ...]:
     name = p["name"] + (MARK if p.get("origin") == USER_CACHE else "")
     return (name, p["kind"], p["delegate"], p["precision"], p["io_dtype"],
-            ",".join(p["formats"]))
+            ",".join(p["formats"]), p.get("basis", ""))
 
 
 def devices_table(profiles: list[dict]) -> str:

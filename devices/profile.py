@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import get_origin, get_type_hints
 
 from edgeopt.devices.figures import TableReader
+from edgeopt.devices.fitted import FitBasis, apply_fit, basis_text, parse_fit
 from edgeopt.devices.hardware import Hardware, parse_hardware
 from edgeopt.errors import DeviceError
 from edgeopt.inputs import CAPS, read_toml
@@ -51,6 +52,13 @@ class DeviceProfile:
     path: str = field(repr=False, compare=False, default="")
     # where load_profile found it: "shipped", "user cache" (calibrated here) or "file"
     origin: str = field(repr=False, compare=False, default="file")
+    # the [fit] table (fitted.py): what the figures were fitted to; None for a prior
+    fit: FitBasis | None = field(repr=False, compare=False, default=None)
+
+    @property
+    def basis(self) -> str:
+        """``fitted: N rows, CV median error X%``, ``validated: ...`` or ``prior: unvalidated``."""
+        return basis_text(self.fit)
 
     def tables(self) -> Hardware:
         """The hardware tables the estimator reads; DeviceError when the profile has none."""
@@ -62,7 +70,8 @@ class DeviceProfile:
     def summary(self) -> dict:
         """The fields `edgeopt devices --json` lists."""
         record = {f.name: getattr(self, f.name) for f in fields(self)
-                  if f.name not in ("schema_version", "hardware", "path", "origin")}
+                  if f.name not in ("schema_version", "hardware", "path", "origin", "fit")}
+        record["basis"] = self.basis
         if self.hardware is not None:
             record["main_unit"] = self.hardware.main_unit
             record["units"] = {name: {"kind": u.kind,
@@ -135,8 +144,10 @@ def _check_delegate_name(path: Path, delegate: str) -> None:
                     f"not a library ({delegate!r}); give a library with --delegate PATH")
 
 
-def parse_profile(path: Path) -> DeviceProfile:
-    """Read and validate one profile file; a bad file names the file and the field."""
+def parse_profile(path: Path, fitted: bool = True) -> DeviceProfile:
+    """Read and validate one profile file; a bad file names the file and the field.
+
+    ``fitted`` False reads the prior figures only (the ``[fit]`` table ignored)."""
     raw = read_toml(path, "device profile", DeviceError, CAPS["profile"])
     version = raw.get("schema_version")
     if version != SCHEMA_VERSION:
@@ -145,11 +156,18 @@ def parse_profile(path: Path) -> DeviceProfile:
                     "see the shipped profiles in edgeopt/devices/profiles)")
     hints = get_type_hints(DeviceProfile)
     types = {f.name: get_origin(hints[f.name]) or hints[f.name]
-             for f in fields(DeviceProfile) if f.name not in ("hardware", "path", "origin")}
+             for f in fields(DeviceProfile) if f.name not in ("hardware", "path", "origin", "fit")}
     values = {name: _check_field(path, raw, name, kind) for name, kind in types.items()}
     _check_delegate_name(path, values["delegate"])
     hardware = parse_hardware(TableReader(path, "", raw))
-    return DeviceProfile(**values, hardware=hardware, path=str(path))
+    fit = parse_fit(path, raw) if fitted else None
+    if fit is not None:
+        try:
+            hardware = apply_fit(hardware, fit)
+        except KeyError as exc:
+            raise _fail(path, "fit", f"names unknown unit, memory level or link {exc}") \
+                from None
+    return DeviceProfile(**values, hardware=hardware, path=str(path), fit=fit)
 
 
 def load_profile(name_or_path: str) -> DeviceProfile:

@@ -20,6 +20,7 @@ def render_estimate(est: Estimate, top: int = 0, notes: Sequence[str] = ()) -> s
     placement = est.placement
     lines = [f"{est.device}: {est.latency_ms:.3f} ms, {est.energy_mj:.4f} mJ per inference "
              f"({est.precision})",
+             _basis_line(est),
              f"placement: {placement['delegated_ops']} op(s) on {_main_units(est)}, "
              f"{placement['cpu_ops']} on the CPU, {len(placement['partitions'])} partition(s)",
              "time: " + ", ".join(f"{u} {ms:.3f} ms" for u, ms in est.unit_ms().items())
@@ -38,6 +39,21 @@ def render_estimate(est: Estimate, top: int = 0, notes: Sequence[str] = ()) -> s
     return "\n".join(lines)
 
 
+def significant(value: float, digits: int) -> str:
+    """``value`` with ``digits`` significant figures (no exponent for ms-sized values)."""
+    return f"{float(f'{value:.{digits}g}'):g}"
+
+
+def _basis_line(est: Estimate) -> str:
+    """The estimate's basis and its p10-p90 range, to the figures the range allows."""
+    if est.interval_s is None:
+        return f"basis: {est.basis} (no interval: the profile was not fitted to measurements)"
+    low, high = (t * 1e3 for t in est.interval_s)
+    digits = 2 if high / max(low, 1e-12) > 1.2 else 3
+    return (f"basis: {est.basis}; p10-p90 {significant(low, digits)}-"
+            f"{significant(high, digits)} ms")
+
+
 def _main_units(est: Estimate) -> str:
     units = sorted({o.unit for o in est.ops if not o.reason}) or ["-"]
     return "/".join(units)
@@ -48,13 +64,21 @@ def render_comparison(results: Sequence[tuple[str, Estimate | None, str]]) -> st
     rows = []
     for device, est, error in results:
         if est is None:
-            rows.append((device, "-", "-", "-", "-", _short(error)))
+            rows.append((device, "-", "-", "-", "-", "-", _short(error)))
             continue
         p = est.placement
         rows.append((device, f"{est.latency_ms:.3f}", f"{est.energy_mj:.4f}",
                      f"{p['delegated_ops']}/{p['delegated_ops'] + p['cpu_ops']}",
-                     len(p["partitions"]), est.precision))
-    return table(("device", "ms", "mJ", "delegated", "partitions", "precision / error"), rows)
+                     len(p["partitions"]), _short_basis(est), est.precision))
+    return table(("device", "ms", "mJ", "delegated", "partitions", "basis",
+                  "precision / error"), rows)
+
+
+def _short_basis(est: Estimate) -> str:
+    """"prior" or the CV median error of the fit, for the comparison table."""
+    if est.interval_s is None:
+        return "prior, unvalidated"
+    return est.basis.replace("fitted: ", "fit ").replace("CV median error ", "CV ±")
 
 
 def _short(text: str, limit: int = 90) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeopt.devices.fitted import PRIOR_BASIS
 from edgeopt.devices.transfers import Transfer
 
 
@@ -57,6 +58,8 @@ class Estimate:
     params: dict[str, int] | None = None
     compiler: dict[str, Any] | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    basis: str = PRIOR_BASIS                        # what the profile's figures rest on
+    interval_s: tuple[float, float] | None = None   # p10-p90 from the profile's CV residuals
 
     @property
     def latency_ms(self) -> float:
@@ -76,6 +79,8 @@ class Estimate:
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "device": self.device, "latency_ms": _ms(self.latency_s),
+            "interval_ms": [_ms(t) for t in self.interval_s] if self.interval_s else None,
+            "basis": self.basis,
             "energy_mj": _mj(self.energy_j), "placement": self.placement,
             "ops": [op.to_json() for op in self.ops]}
         if self.params is not None:

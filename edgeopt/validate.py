@@ -18,8 +18,9 @@ Every output gets its own SQNR, cosine and errors, and a metric picked by what i
 An output whose artifact values are constant while the float ones vary is *collapsed*;
 so is a values output or channel group below ``COLLAPSE_SQNR_DB``, a class output that
 gives every sample one class, a sequence whose decoded strings are all empty
-(`collapse_reason`). `check_collapsed` fails the build on it unless the user accepts it. The pooled SQNR/cosine over all outputs is kept (``pooled_over`` says
-what it pools); it is a quality figure only for a single output of one scale.
+(`collapse_reason`). `check_collapsed` fails the build on it unless the user accepts it.
+The pooled SQNR/cosine over all outputs is kept (``pooled_over`` says what it pools); it
+is a quality figure only for a single output of one scale.
 """
 
 from __future__ import annotations
