@@ -18,6 +18,7 @@ Prints a markdown table and writes benchmarks/results/estimate_published.json.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from edgeopt.devices.corpus_fit import (  # noqa: E402
 )
 from edgeopt.devices.corpus_map import PROFILE_ROWS  # noqa: E402
 
+RESULTS = Path(__file__).resolve().parent / "results" / "estimate_published.json"
 TARGETS = {"snapdragon-npu": 0.20, "coral-usb": 0.12, "coral-devboard": 0.12}
 OTHER_TARGET = 0.25
 
@@ -125,6 +127,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", nargs="*", default=list(PROFILE_ROWS))
     parser.add_argument("--build", action="store_true", help="build missing stand-ins")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other profiles of the last results file (a run per "
+                             "profile, as the stand-ins get built)")
     parser.add_argument("--write-profiles", type=Path, default=None,
                         help="also write the fitted profiles to this folder")
     args = parser.parse_args()
@@ -135,9 +140,15 @@ def main() -> int:
         summaries.append(summarise(result))
         if args.write_profiles:
             print(f"wrote {write_fit(result, args.write_profiles)}")
-    path = write_results("estimate_published", {
-        "command": "python benchmarks/estimate_published.py " + " ".join(sys.argv[1:]),
-        "profiles": summaries})
+    command = "python benchmarks/estimate_published.py " + " ".join(sys.argv[1:])
+    if args.merge and RESULTS.is_file():
+        last = json.loads(RESULTS.read_text())
+        mine = {s["profile"] for s in summaries}
+        kept = [s for s in last.get("profiles", []) if s["profile"] not in mine]
+        summaries = sorted(kept + summaries, key=lambda s: list(PROFILE_ROWS).index(s["profile"]))
+        command = "; ".join([*last.get("commands", [last.get("command", "")]), command])
+    path = write_results("estimate_published", {"commands": command.split("; "),
+                                                "profiles": summaries})
     print(table(summaries))
     print(f"wrote {path}")
     return 0

@@ -7,6 +7,7 @@ import pytest
 from test_estimate import conv_chain
 
 from edgeopt.devices import edgetpu
+from edgeopt.devices.corpus_fit import prior_profile
 from edgeopt.devices.edgetpu import compiler_log
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import load_profile
@@ -87,11 +88,12 @@ def test_fallback_op_list_when_the_delegates_have_no_edgetpu_rules(coral, monkey
     assert "not supported by the Edge TPU" in est.ops[3].reason
 
 
-def test_devboard_and_usb_differ_only_in_link_and_host(coral):
+def test_devboard_and_usb_differ_only_in_link_and_host():
+    """Their prior figures; each [fit] table then follows its own device's rows."""
     blob = conv_chain("int8", size=64)
     graph = read_tflite(blob)
-    usb = estimate(graph, coral, model=blob)
-    board = estimate(graph, load_profile("coral-devboard"), model=blob)
+    usb = estimate(graph, prior_profile("coral-usb"), model=blob)
+    board = estimate(graph, prior_profile("coral-devboard"), model=blob)
     assert [o.latency_s for o in usb.ops] == pytest.approx([o.latency_s for o in board.ops])
 
 
