@@ -125,9 +125,11 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         return Artifact(content, "tflite", method, runner_for(content), conversion)
     if scheme == "float":
         return Artifact(conv.tflite, "tflite", "none", runner_for(conv.tflite), conversion)
-    held = permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
+    # The held-out samples, as `edgeopt quantize` passes them: the core validates (and
+    # searches a budget) on samples it did not calibrate on or choose its ranges with.
+    held = permuted(evaluation.arrays, conv.input_perms)
     result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
-                             held, evaluation.labels if held else None, progress)
+                             held, evaluation.labels, progress)
     return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
                     result)
 
@@ -174,10 +176,9 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress)
     if config.method == "converter":
         content, method = _converter_onnx(handle, scheme, calib)
         return Artifact(content, "onnx", method, OnnxRunner(content), conversion)
-    held = evaluation.arrays if config.accuracy_budget else None
     result = quantize_onnx(handle.path, calib.arrays,
-                           quant_config(config, scheme, profile, "onnx"), held,
-                           evaluation.labels if held else None, progress)
+                           quant_config(config, scheme, profile, "onnx"), evaluation.arrays,
+                           evaluation.labels, progress)
     return Artifact(result.model, "onnx", result.method, OnnxRunner(result.model), conversion,
                     result)
 

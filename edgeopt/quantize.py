@@ -108,10 +108,11 @@ def build_config(request: QuantizeRequest) -> QuantConfig:
 
 
 def _data(handle, request: QuantizeRequest):
-    """--calib/--eval as every command reads them; a held-back share only for the budget
-    search, which must not score on the samples it calibrated on."""
+    """--calib/--eval as `edgeopt build` reads them (edgeopt.data.load_data, the same
+    held-back share): the figure printed is measured on samples that neither calibrated
+    the model nor chose its candidate, and build and quantize see the same samples."""
     spec = DataSpec(request.calib, request.eval, request.mean, request.std)
-    return load_data(spec, handle.inputs, hold_out=request.accuracy_budget is not None)
+    return load_data(spec, handle.inputs)
 
 
 def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
@@ -155,11 +156,28 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
         result = _to_tflite(handle, calib, evaluation, config, progress)
         result = with_quantize_metadata(result, handle, request, calib)
     result = _with_data_warnings(result, calib, evaluation)
+    result = with_validation_source(result, calib, evaluation)
     write_file_atomic(output, result.model)
     if request.report:
         write_file_atomic(request.report, report_page(result))
     return {"output": str(output), "source": {"file": str(handle.path), "format":
             handle.format, "size_bytes": handle.size_bytes}, **result.to_json()}
+
+
+def validation_source(calib, evaluation) -> str:
+    """Where the validation samples come from, in the words the summary prints."""
+    if evaluation is None:
+        return f"calibration samples of {calib.source}"
+    if evaluation.source == calib.source:
+        return f"held out from {calib.source}, not calibrated on"
+    return evaluation.source
+
+
+def with_validation_source(result: QuantResult, calib, evaluation) -> QuantResult:
+    if result.validation is None:
+        return result
+    return replace(result, validation={**result.validation,
+                                       "data": validation_source(calib, evaluation)})
 
 
 def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
@@ -197,7 +215,8 @@ def summary(record: dict) -> str:
     lines = [f"wrote {record['output']} ({record['size_bytes'] / 1024:.1f} KiB, "
              f"{record['scheme']}, {record['format']})", f"method    {record['method']}"]
     if validation:
-        lines.append(f"validated {validation.get('samples')} samples in "
+        where = f" ({validation['data']})" if validation.get("data") else ""
+        lines.append(f"validated {validation.get('samples')} samples{where} in "
                      f"{validation.get('runtime')}: output SQNR "
                      f"{_fmt(validation.get('sqnr_db'))} dB, {validation.get('metric')} "
                      f"{_fmt(validation.get('value'))}")
