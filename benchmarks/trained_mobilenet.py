@@ -115,7 +115,8 @@ def train(folder: Path, settings: dict) -> dict:
     accuracy = float(np.mean(np.argmax(model.predict(evaluation, verbose=0), 1) == labels))
     info = {**settings, "alpha": ALPHA, "size": SIZE, "classes": len(photos),
             "parameters": int(model.count_params()), "input_name": name,
-            "train_seconds": round(seconds, 1), "bn_reestimated_on": BN_IMAGES, "float_eval_top1": round(accuracy, 4),
+            "train_seconds": round(seconds, 1), "bn_reestimated_on": BN_IMAGES,
+            "float_eval_top1": round(accuracy, 4),
             "images": f"scikit-image photographs ({len(photos)}): random crops"}
     (folder / "info.json").write_text(json.dumps(info, indent=2))
     return info

@@ -24,7 +24,7 @@ from edgeopt.calibration import onnx_static, tflite_aeq, tflite_converter
 from edgeopt.calibration.config import QuantConfig
 from edgeopt.calibration.recipes import load_recipe
 from edgeopt.calibration.report import render_layer_chart
-from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
+from edgeopt.calibration.schemes import check_scheme, default_scheme, int4_cpu_note
 from edgeopt.comparison import compare_devices, compared_profiles
 from edgeopt.compress import CompressSettings, compress_model, write_model
 from edgeopt.config import BuildConfig, primary_device
@@ -80,7 +80,7 @@ def _quiet(_: str) -> None:
 
 
 def resolve_scheme(config: BuildConfig, profile: DeviceProfile) -> str:
-    scheme = config.scheme or PRECISION_TO_SCHEME[profile.precision]
+    scheme = config.scheme or default_scheme(profile.precision, profile.kind)
     check_scheme(scheme, config.format)
     if config.format not in profile.formats:
         raise ConfigError(f"device {profile.name} does not run .{config.format} models "
@@ -477,6 +477,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     manifest = _manifest(config, profile, handle, artifact, specs, validation, calib,
                          evaluation, placement)
     _estimate_record(manifest, estimate)
+    scheme_note = int4_cpu_note(config.scheme, profile.kind)
+    if scheme_note:
+        manifest["notes"].insert(0, scheme_note)
     if compression is not None:
         manifest["compression"] = compression
     if compared:
