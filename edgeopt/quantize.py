@@ -81,7 +81,7 @@ class QuantizeRequest:
     model: str
     calib: str
     output: str                             # .tflite (ai-edge-quantizer) or .onnx (QDQ)
-    eval: str | None = None                 # None: the calibration data (held-back share)
+    eval: str | None = None                 # None: a share held back from the calibration data
     scheme: str | None = None               # None: the recipe's, else w8a8
     method: str | None = None               # None: the recipe's, else auto
     weight_method: str | None = None        # None: gptq for int4 layers, rtn for int8
