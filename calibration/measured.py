@@ -39,28 +39,24 @@ def choose_ranges(session: Session, plan: QuantPlan, check, reference):
     _, choices, warnings = estimate_ranges(session.calibration.observers, config.method, settings)
     session.warnings.extend(warnings)
     sets = candidate_ranges(choices, session.fmt.graph, config.method)
-    if len(sets) > 1:
-        session.progress(f"scoring {len(sets)} candidates in {session.fmt.runtime}")
-    label, ranges, scores = select_ranges(session.fmt, plan, sets, check, reference)
-    chosen = plan
+    plans = {"": plan}
     if session.corrects_bias and has_corrected_bias(plan):
-        # Only the winning range set is scored again without bias correction: one more
-        # model to write and run, not one per set (a detector's write takes seconds).
-        plain = without_bias_correction(session, plan)
-        if not scores:
-            scores[label] = _score(session, plan, ranges, check, reference)
-        scores[label + WITHOUT_BC] = _score(session, plain, ranges, check, reference)
-        if scores[label + WITHOUT_BC] > scores[label]:
-            chosen, session.bias_correction = plain, False
+        plans[WITHOUT_BC] = without_bias_correction(session, plan)
+    if len(sets) * len(plans) > 1:
+        session.progress(f"scoring {len(sets) * len(plans)} candidates in "
+                         f"{session.fmt.runtime}")
+    scores, best = {}, None
+    for suffix, candidate in plans.items():
+        label, ranges, found = select_ranges(session.fmt, candidate, sets, check, reference,
+                                             score_single=len(plans) > 1)
+        scores.update({k + suffix: v for k, v in found.items()})
+        score = found.get(label, 0.0)
+        if best is None or score > best[0]:
+            best = (score, label, ranges, candidate, suffix)
+    _, label, ranges, chosen, suffix = best
+    if suffix:
+        session.bias_correction = False
     return label, ranges, scores, choices, chosen
-
-
-def _score(session: Session, plan: QuantPlan, ranges, check, reference) -> float:
-    try:
-        model = session.fmt.write(plan.with_ranges(ranges))
-        return output_sqnr(reference, session.fmt.run(model, check))
-    except RuntimeRejected:
-        return float("-inf")
 
 
 def keep_bias_correction_if_it_helps(session: Session, plan: QuantPlan, check,
