@@ -16,7 +16,12 @@ The .tflite of a PP-OCR model comes from edgeopt's own converter (onnx2tf, offli
 fixed input size. Preprocessing follows rapidocr: BGR, (pixel / 255 - 0.5) / 0.5.
 
 Rows per model and format, on one calibration/evaluation split:
+- mnv2-trained: MobileNetV2-0.35 96x96 trained briefly on scikit-image photographs
+  (benchmarks/trained_mobilenet.py; 12 classes, 200 calibration / 200 labelled evaluation
+  crops): top-1 accuracy. Keras source, so .tflite rows only.
 - baselines: TFLite converter int8 (representative dataset, calibration/tflite_converter),
+  ai-edge-quantizer's own `static_wi8_ai8` recipe (its min-max calibration, on the same
+  float .tflite edgeopt starts from; calibration/tflite_aeq),
   onnxruntime quantize_static QDQ with MinMax, Entropy, Percentile (on the same
   onnxruntime-preprocessed float model edgeopt starts from);
 - edgeopt: w8a8 --method auto; w4a8 round-to-nearest; w4a8 GPTQ (both with auto ranges);
@@ -48,7 +53,7 @@ import numpy as np
 from _common import REPO, print_table, verdict, write_results
 
 NAME = "calibration"
-MODELS = ("digits", "ppocr-cls", "ppocr-det")
+MODELS = ("digits", "ppocr-cls", "ppocr-det", "mnv2-trained")
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "camera", "coins", "moon",
           "immunohistochemistry", "hubble_deep_field", "stereo_motorcycle", "cat",
           "colorwheel", "clock", "brick", "grass", "gravel", "retina", "logo")
@@ -60,7 +65,7 @@ MNV2_TARGET_S = 30.0
 @dataclass
 class Case:
     name: str
-    onnx: Path
+    onnx: Path | None                # None: a Keras model, .tflite rows only
     calib: np.ndarray                # NCHW (onnx layout)
     evaluation: np.ndarray
     labels: np.ndarray | None
@@ -181,7 +186,23 @@ def cases(names: list[str]) -> list[Case]:
         images = det_images(64, seed=0)
         found.append(Case("ppocr-det", rapidocr_model("ch_PP-OCRv4_det_infer.onnx"),
                           images[:40], images[40:], None, 12.0, fixed_shape=(1, 3, 256, 256)))
+    if "mnv2-trained" in names:
+        found.append(trained_mnv2_case())
     return found
+
+
+def trained_mnv2_case() -> Case:
+    """MobileNetV2-0.35 96x96 trained on scikit-image photographs (trained_mobilenet.py):
+    200 calibration / 200 labelled evaluation crops; stored NCHW like the other cases."""
+    from trained_mobilenet import trained_mobilenet
+
+    folder = Path(tempfile.mkdtemp(prefix="edgeopt-mnv2-"))
+    trained_mobilenet(folder)
+    calib = next(iter(np.load(folder / "calib.npz").values()))
+    evaluation = np.load(folder / "eval.npz")
+    images = next(v for k, v in evaluation.items() if k != "labels")
+    return Case("mnv2-trained", None, calib.transpose(0, 3, 1, 2), images.transpose(0, 3, 1, 2),
+                evaluation["labels"], 1.0, keras=folder / "model.keras")
 
 
 # --- metrics -----------------------------------------------------------------------------
@@ -266,7 +287,7 @@ def float_tflite(case: Case, workdir: Path):
 
 
 def tflite_rows(case: Case, workdir: Path) -> None:
-    from edgeopt.calibration import tflite_converter
+    from edgeopt.calibration import tflite_aeq, tflite_converter
     from edgeopt.calibration.tflite_format import TFLiteFormat
     from edgeopt.quantize import QuantConfig, quantize_tflite
 
@@ -285,6 +306,10 @@ def tflite_rows(case: Case, workdir: Path) -> None:
                                              {source_name: calib[name]}, "float32")
     record(case, "tflite", "TFLite converter int8", reference, fmt.run(baseline, feeds),
            len(baseline), time.perf_counter() - start)
+    start = time.perf_counter()
+    static = tflite_aeq.full_integer(conversion.tflite, calib, "float32")
+    record(case, "tflite", "ai-edge-quantizer static_wi8_ai8", reference,
+           fmt.run(static, feeds), len(static), time.perf_counter() - start)
     for label, options in edgeopt_variants(case):
         start = time.perf_counter()
         result = quantize_tflite(conversion.tflite, calib, QuantConfig(layer_report=False,
@@ -338,7 +363,7 @@ def targets(all_cases: list[Case]) -> list[dict]:
     checks = []
     for case in all_cases:
         baselines = [r for r in case.rows
-                     if r["variant"].startswith(("TFLite", "onnxruntime"))]
+                     if r["variant"].startswith(("TFLite", "onnxruntime", "ai-edge"))]
         ours = [r for r in case.rows if r["variant"] == "edgeopt w8a8 auto"]
         if baselines and ours:
             top, mine = max(baselines, key=lambda r: r["sqnr_db"]), max(
@@ -385,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in all_cases:
             print(f"{case.name}: {len(case.calib)} calibration / {len(case.evaluation)} "
                   "evaluation samples", flush=True)
-            if "onnx" in formats:
+            if "onnx" in formats and case.onnx is not None:
                 onnx_rows(case, workdir)
             if "tflite" in formats:
                 tflite_rows(case, workdir)

@@ -47,6 +47,13 @@ def finish(session, plan: QuantPlan, model: bytes, method: str, record: dict,
         method += describe_search(search)
     validation = validate(fmt, model, data, data_labels, reference)
     validation.update(record)
+    validation["check_samples"] = len(next(iter(check_data(session).values())))
+    if evaluation is None:
+        validation["data"] = "calibration samples that chose the ranges (optimistic)"
+        session.warnings.append(
+            "validated on the calibration samples that chose the ranges (no evaluation "
+            "data was given): the figure is optimistic; pass samples held out from "
+            "calibration")
     validation["fallbacks"] = session.fallbacks
     report = []
     if config.layer_report:

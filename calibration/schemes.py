@@ -16,6 +16,25 @@ SCHEMES = {
 }
 
 PRECISION_TO_SCHEME = {"int8": "w8a8", "fp16": "fp16", "float32": "float"}
+INT4_WEIGHT_SCHEMES = ("w4a8", "w4a16", "w4afp32")
+
+
+def default_scheme(precision: str, device_kind: str) -> str:
+    """The scheme a device gets without --scheme: never int4 weights on a CPU (LiteRT
+    runs int4 convolutions on its builtin kernels, not XNNPACK)."""
+    scheme = PRECISION_TO_SCHEME[precision]
+    if device_kind == "cpu" and scheme in INT4_WEIGHT_SCHEMES:
+        return "w8a8"
+    return scheme
+
+
+def int4_cpu_note(scheme: str, device_kind: str) -> str | None:
+    """The warning an explicit int4-weight scheme on a CPU device gets (None otherwise)."""
+    if device_kind != "cpu" or scheme not in INT4_WEIGHT_SCHEMES:
+        return None
+    return (f"scheme {scheme} on a CPU: int4-weight convolutions are not run by XNNPACK "
+            "but by LiteRT's builtin kernels, slower than int8 (see the estimate); "
+            "--scheme w8a8 is the fast choice for a CPU target")
 
 
 def check_scheme(scheme: str, fmt: str) -> None:

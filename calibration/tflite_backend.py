@@ -123,14 +123,16 @@ def _activations(graph, ops) -> tuple[str, ...]:
 class TFLiteCapture:
     """Runs a `.tflite` sample by sample and yields chosen tensors in batches."""
 
-    def __init__(self, model: bytes, num_threads: int | None = None):
+    def __init__(self, model: bytes, num_threads: int | None = None, preserve: bool = True):
+        """`preserve=False` when only the model outputs are read: LiteRT then reuses
+        intermediate buffers (a detector's activations held at once cost gigabytes)."""
         from ai_edge_litert.interpreter import Interpreter
 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.interpreter = Interpreter(model_content=bytes(model),
-                                               experimental_preserve_all_tensors=True,
+                                               experimental_preserve_all_tensors=preserve,
                                                num_threads=num_threads)
             self.interpreter.allocate_tensors()
         except (ValueError, RuntimeError) as exc:

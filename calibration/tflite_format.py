@@ -56,7 +56,7 @@ class TFLiteFormat:
     def run(self, model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """All samples through LiteRT, float outputs in the model's output order."""
         try:
-            capture = TFLiteCapture(model, self.num_threads)
+            capture = TFLiteCapture(model, self.num_threads, preserve=False)
             outputs = [d["name"] for d in capture.interpreter.get_output_details()]
             chunks = [[batch[name] for name in outputs]
                       for batch in capture.stream(feeds, set(outputs), batch_size=64)]

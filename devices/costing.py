@@ -14,9 +14,13 @@ from edgeopt.devices.opcost import op_costs
 from edgeopt.devices.params import ParamResidency, param_residency
 from edgeopt.devices.profile import DeviceProfile
 from edgeopt.devices.result import Estimate, OpEstimate
-from edgeopt.devices.roofline import time_op
+from edgeopt.devices.roofline import on_int4_cpu_path, time_op
 from edgeopt.devices.transfers import cost_crossings
 from edgeopt.graph import Graph
+
+# What benchmarks/int4_cpu.py measured on this project's host (BENCHMARKS.md).
+INT4_CPU_MEASURED = ("a w4a8 MobileNetV2-0.35 measured 1.9x the int8 model's latency on "
+                     "this project's host, benchmarks/int4_cpu.py")
 
 
 def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssignment,
@@ -42,8 +46,21 @@ def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssi
         transfers=transfers, invoke_s=invoke_s, idle_energy_j=idle,
         placement=assignment.manifest_json(hw.cpu_unit().name),
         precision=_precision(rows), profile_file=profile.path, params=params,
-        compiler=compiler, notes=_notes(graph, assignment, compiler), basis=profile.basis,
+        compiler=compiler, notes=_notes(graph, assignment, compiler) + int4_cpu_notes(
+            costs, assignment, hw), basis=profile.basis,
         interval_s=profile.fit.interval(latency) if profile.fit else None)
+
+
+def int4_cpu_notes(costs, assignment: UnitAssignment, hw) -> tuple[str, ...]:
+    """Say so when int4-weight ops land on a CPU's builtin kernels (the slow int4 path)."""
+    slow = [c for c in costs
+            if on_int4_cpu_path(c, hw.unit(assignment.units[c.index]), hw)]
+    if not slow:
+        return ()
+    return (f"{len(slow)} int4-weight op(s) ({', '.join(sorted({c.op for c in slow}))}) run "
+            f"on the CPU's builtin kernels: no delegate takes int4 convolutions, so they are "
+            f"costed on LiteRT's int4 path ({INT4_CPU_MEASURED}); int8 weights (--scheme "
+            "w8a8) run faster on a CPU",)
 
 
 def _unit_param_bytes(costs, assignment: UnitAssignment) -> dict[str, float]:

@@ -40,6 +40,7 @@ class OpCost:
     weight_bytes: int        # constant inputs (parameters) read
     gemm_k: int = 0          # MAC ops as a matrix product: reduction depth
     gemm_n: int = 0          # ... and output columns (output channels / units)
+    weight_dtype: str = ""   # the constant filter's dtype ("int4", "int8", ...), "" if none
 
 
 CONDITIONS = ("kernel", "max_in_channels")
@@ -124,6 +125,14 @@ def gemm_shape(graph: Graph, op: Op) -> tuple[int, int]:
     return 0, 0
 
 
+def weight_dtype(graph: Graph, op: Op) -> str:
+    """The dtype of a MAC op's constant filter (input 1), "" for other ops."""
+    if not op.macs or len(op.inputs) < 2 or op.inputs[1] < 0:
+        return ""
+    filt = graph.tensors[op.inputs[1]]
+    return filt.dtype if filt.is_constant else ""
+
+
 def op_cost(graph: Graph, op: Op) -> OpCost:
     kind = op_kind(graph, op)
     inputs = [graph.tensors[i] for i in op.inputs if i >= 0]
@@ -133,7 +142,7 @@ def op_cost(graph: Graph, op: Op) -> OpCost:
     activations += sum(tensor_bytes(t) for t in outputs)
     ops = 2.0 * op.macs if op.macs else _element_ops(graph, op, kind)
     return OpCost(op.index, op.op, kind, compute_dtype(graph, op), ops, op.macs,
-                  activations, weights, *gemm_shape(graph, op))
+                  activations, weights, *gemm_shape(graph, op), weight_dtype(graph, op))
 
 
 def op_costs(graph: Graph, subgraph: int | None = 0) -> list[OpCost]:

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 from edgeopt.devices.hardware import ComputeUnit, Hardware, Link, MemoryLevel
 from edgeopt.devices.opcost import OpCost
 
+# An int4-weight convolution with int8 activations is not delegated to XNNPACK (it has
+# no int4 convolution): LiteRT's builtin kernel unpacks the weights and runs it. Its
+# compute relative to the builtin int8 kernel, measured on this project's host with
+# benchmarks/int4_cpu.py (BENCHMARKS.md, "int4 on a CPU"): 1.0x for a 3x3 conv.
+REFERENCE_KERNEL_SLOWDOWN = {"int4": 1.0}
 FLOAT_FALLBACK = ("float32", "float16")
 INT_FALLBACK = ("int8", "int16")
 
@@ -56,6 +61,19 @@ def unit_dtype(unit: ComputeUnit, dtype: str) -> str:
     return next((d for d in family if d in unit.peak_ops), next(iter(unit.peak_ops)))
 
 
+def on_int4_cpu_path(cost: OpCost, unit: ComputeUnit, hw: Hardware) -> bool:
+    """An int4-weight MAC op with integer activations left to the CPU's builtin kernels."""
+    return (unit.name == hw.cpu_unit().name and bool(cost.macs)
+            and cost.dtype.startswith("int") and cost.weight_dtype == "int4")
+
+
+def reference_slowdown(cost: OpCost, unit: ComputeUnit, hw: Hardware) -> float:
+    """How many times the builtin int8 kernel's time the op computes in on `unit`."""
+    if not on_int4_cpu_path(cost, unit, hw):
+        return 1.0
+    return REFERENCE_KERNEL_SLOWDOWN[cost.weight_dtype]
+
+
 def memory_level(unit: ComputeUnit, hw: Hardware, working_set: float) -> MemoryLevel:
     """The nearest level of ``unit`` whose capacity holds ``working_set`` bytes."""
     for name in unit.memory:
@@ -78,6 +96,7 @@ def time_op(cost: OpCost, unit: ComputeUnit, hw: Hardware, streamed_bytes: float
     dtype = unit_dtype(unit, cost.dtype)
     peak = unit.peak_ops[dtype].value * unit.efficiency_for(dtype, cost.kind)
     compute_s = cost.ops / (peak * unit.array_utilization(cost.gemm_k, cost.gemm_n))
+    compute_s *= reference_slowdown(cost, unit, hw)
     resident = cost.weight_bytes - streamed_bytes
     level = memory_level(unit, hw, cost.activation_bytes + resident)
     if unit.weight_memory:

@@ -24,7 +24,7 @@ from edgeopt.calibration import onnx_static, tflite_aeq, tflite_converter
 from edgeopt.calibration.config import QuantConfig
 from edgeopt.calibration.recipes import load_recipe
 from edgeopt.calibration.report import render_layer_chart
-from edgeopt.calibration.schemes import PRECISION_TO_SCHEME, check_scheme
+from edgeopt.calibration.schemes import check_scheme, default_scheme, int4_cpu_note
 from edgeopt.comparison import compare_devices, compared_profiles
 from edgeopt.compress import CompressSettings, compress_model, write_model
 from edgeopt.config import BuildConfig, primary_device
@@ -90,7 +90,7 @@ def _quiet(_: str) -> None:
 
 
 def resolve_scheme(config: BuildConfig, profile: DeviceProfile) -> str:
-    scheme = config.scheme or PRECISION_TO_SCHEME[profile.precision]
+    scheme = config.scheme or default_scheme(profile.precision, profile.kind)
     check_scheme(scheme, config.format)
     if config.format not in profile.formats:
         raise ConfigError(f"device {profile.name} does not run .{config.format} models "
@@ -140,9 +140,11 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
         return Artifact(content, "tflite", method, runner_for(content), conversion)
     if scheme == "float":
         return Artifact(conv.tflite, "tflite", "none", runner_for(conv.tflite), conversion)
-    held = permuted(evaluation.arrays, conv.input_perms) if config.accuracy_budget else None
+    # The held-out samples, as `edgeopt quantize` passes them: the core validates (and
+    # searches a budget) on samples it did not calibrate on or choose its ranges with.
+    held = permuted(evaluation.arrays, conv.input_perms)
     result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
-                             held, evaluation.labels if held else None, progress)
+                             held, evaluation.labels, progress)
     return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
                     result)
 
@@ -203,10 +205,9 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress)
     if config.method == "converter":
         content, method = _converter_onnx(handle, scheme, calib)
         return Artifact(content, "onnx", method, OnnxRunner(content), conversion)
-    held = evaluation.arrays if config.accuracy_budget else None
     result = quantize_onnx(handle.path, calib.arrays,
-                           quant_config(config, scheme, profile, "onnx"), held,
-                           evaluation.labels if held else None, progress)
+                           quant_config(config, scheme, profile, "onnx"), evaluation.arrays,
+                           evaluation.labels, progress)
     return Artifact(result.model, "onnx", result.method, OnnxRunner(result.model), conversion,
                     result)
 
@@ -583,6 +584,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                          evaluation, placement)
     _estimate_record(manifest, estimate)
     _float_ops_record(manifest, islands, config.scheme, profile)
+    scheme_note = int4_cpu_note(config.scheme, profile.kind)
+    if scheme_note:
+        manifest["notes"].insert(0, scheme_note)
     if compression is not None:
         manifest["compression"] = compression
     if compared:

@@ -88,7 +88,7 @@ class QuantizeRequest:
     model: str
     calib: str
     output: str                             # .tflite (ai-edge-quantizer) or .onnx (QDQ)
-    eval: str | None = None                 # None: the calibration data (held-back share)
+    eval: str | None = None                 # None: a share held back from the calibration data
     scheme: str | None = None               # None: the recipe's, else w8a8
     method: str | None = None               # None: the recipe's, else auto
     weight_method: str | None = None        # None: gptq for int4 layers, rtn for int8
@@ -130,8 +130,9 @@ def build_config(request: QuantizeRequest) -> QuantConfig:
 
 
 def _data(handle, request: QuantizeRequest):
-    """--calib/--eval as every command reads them; without --eval a held-back share, so the
-    figures quantize prints are never measured on the samples it calibrated on."""
+    """--calib/--eval as `edgeopt build` reads them (edgeopt.data.load_data, the same
+    held-back share): the figure printed is measured on samples that neither calibrated
+    the model nor chose its candidate, and build and quantize see the same samples."""
     spec = DataSpec(request.calib, request.eval, request.mean, request.std)
     return load_data(spec, handle.inputs)
 
@@ -196,6 +197,7 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     result = _with_data_warnings(result, calib, evaluation)
     if request.require_full_integer:
         require_full_integer(result.float_ops or [], result.scheme)
+    result = with_validation_source(result, calib, evaluation)
     write_file_atomic(output, result.model)
     if request.report:
         write_file_atomic(request.report, report_page(result))
@@ -242,6 +244,22 @@ def _validated(result: QuantResult, float_model: bytes, arrays: dict, labels, ha
     return replace(result, validation=record)
 
 
+def validation_source(calib, evaluation) -> str:
+    """Where the validation samples come from, in the words the summary prints."""
+    if evaluation is None:
+        return f"calibration samples of {calib.source}"
+    if evaluation.source == calib.source:
+        return f"held out from {calib.source}, not calibrated on"
+    return evaluation.source
+
+
+def with_validation_source(result: QuantResult, calib, evaluation) -> QuantResult:
+    if result.validation is None:
+        return result
+    return replace(result, validation={**result.validation,
+                                       "data": validation_source(calib, evaluation)})
+
+
 def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
     """What did not fit the model in the data (images, few samples) leads the warnings."""
     found = calib.warnings + (evaluation.warnings if evaluation else ())
@@ -281,7 +299,8 @@ def summary(record: dict) -> str:
     if validation:
         pooled = "output SQNR" if len(validation.get("outputs") or ()) <= 1 else \
             f"pooled SQNR over {len(validation['outputs'])} outputs"
-        lines.append(f"validated {validation.get('samples')} evaluation samples in "
+        where = f" ({validation['data']})" if validation.get("data") else ""
+        lines.append(f"validated {validation.get('samples')} samples{where} in "
                      f"{validation.get('runtime')}: {pooled} "
                      f"{_fmt(validation.get('sqnr_db'))} dB, {validation.get('metric')} "
                      f"{_fmt(validation.get('value'))}")

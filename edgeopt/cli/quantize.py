@@ -30,8 +30,8 @@ from edgeopt.quiet import library_output_to_log
 @click.option("--calib", type=PATH, required=True, help="Calibration data: .npz, .npy or an "
               "image folder.")
 @click.option("--eval", "eval", type=PATH, default=None, help="Evaluation data (labels "
-              "optional); default: the calibration data (a held-back fifth with "
-              "--accuracy-budget).")
+              "optional); default: a fifth held back from the calibration data, as build "
+              "does (never calibrated on).")
 @click.option("-o", "--output", type=PATH, required=True, help="Quantized model to write: "
               ".tflite (ai-edge-quantizer) or .onnx (onnxruntime QDQ).")
 @click.option("--scheme", type=choice(Scheme), default=None,
