@@ -44,6 +44,26 @@ def significant(value: float, digits: int) -> str:
     return f"{float(f'{value:.{digits}g}'):g}"
 
 
+def figure_digits(value: float, interval: Sequence[float] | None) -> int:
+    """Significant figures a latency earns: the p10-p90 width relative to the value
+    decides (a range as wide as the value: 1 figure; a tenth of it: 2; else 3). Without
+    an interval (a prior nobody checked) one figure."""
+    if not interval or value <= 0:
+        return 1
+    width = (interval[1] - interval[0]) / value
+    return 1 if width >= 1 else 2 if width >= 0.1 else 3
+
+
+def latency_text(latency_ms: float, interval_ms: Sequence[float] | None, basis: str) -> str:
+    """``2.7 ms (p10-p90 1.9-4.1 ms; fitted: ...)`` or ``~3 ms (prior: unvalidated)``:
+    never a figure without its basis, printed to the precision its interval allows."""
+    digits = figure_digits(latency_ms, interval_ms)
+    if not interval_ms:
+        return f"~{significant(latency_ms, digits)} ms ({basis})"
+    low, high = (significant(t, digits) for t in interval_ms)
+    return f"{significant(latency_ms, digits)} ms (p10-p90 {low}-{high} ms; {basis})"
+
+
 def _basis_line(est: Estimate) -> str:
     """The estimate's basis and its p10-p90 range, to the figures the range allows."""
     if est.interval_s is None:

@@ -14,6 +14,10 @@ from typing import Any
 from edgeopt.devices.fitted import PRIOR_BASIS
 from edgeopt.devices.transfers import Transfer
 
+# Energy is modelled, never fitted: no corpus row publishes power for the model it timed.
+ENERGY_BASIS = ("modelled: the profile's energy per op and idle power over the estimated "
+                "time; not checked against measured power, no interval")
+
 
 @dataclass(frozen=True)
 class OpEstimate:
@@ -79,8 +83,8 @@ class Estimate:
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "device": self.device, "latency_ms": _ms(self.latency_s),
-            "interval_ms": [_ms(t) for t in self.interval_s] if self.interval_s else None,
-            "basis": self.basis,
+            "interval_ms": self.interval_ms(), "basis": self.basis,
+            "energy_basis": ENERGY_BASIS,
             "energy_mj": _mj(self.energy_j), "placement": self.placement,
             "ops": [op.to_json() for op in self.ops]}
         if self.params is not None:
@@ -95,9 +99,14 @@ class Estimate:
             profile=self.profile_file, notes=list(self.notes))
         return record
 
-    def manifest_json(self) -> dict[str, float]:
-        """The manifest's ``estimate`` object."""
-        return {"latency_ms": _ms(self.latency_s), "energy_mj": _mj(self.energy_j)}
+    def interval_ms(self) -> list[float] | None:
+        return [_ms(t) for t in self.interval_s] if self.interval_s else None
+
+    def manifest_json(self) -> dict[str, Any]:
+        """The manifest's ``estimate`` object: each figure with what it rests on."""
+        return {"latency_ms": _ms(self.latency_s), "interval_ms": self.interval_ms(),
+                "basis": self.basis, "energy_mj": _mj(self.energy_j),
+                "energy_basis": ENERGY_BASIS}
 
 
 def _ms(seconds: float) -> float:

@@ -199,6 +199,14 @@ class Estimate:
 
     latency_ms: float = field(metadata=NON_NEGATIVE)
     energy_mj: float | None = field(metadata=NON_NEGATIVE)
+    interval_ms: list[float] | None = field(default=None, metadata={
+        "description": "p10-p90 of the latency from the profile's cross-validated fit "
+                       "residuals; null when the profile was not fitted"})
+    basis: str = field(default="prior: unvalidated", metadata={
+        "description": "what latency_ms rests on: 'fitted: N rows ..., CV median error X%' "
+                       "or 'prior: unvalidated'"})
+    energy_basis: str | None = field(default=None, metadata={
+        "description": "what energy_mj is (a model, with its method)"})
 
 
 @dataclass(frozen=True)
@@ -360,6 +368,10 @@ class ComparisonRow:
     kind: DeviceKind | None = None
     delegate: str | None = None
     partitions: int | None = _opt(minimum=0)
+    interval_ms: list[float] | None = _opt(description="p10-p90 of latency_ms (fitted "
+                                           "profiles only)")
+    basis: str | None = _opt(description="what latency_ms rests on (fitted or prior)")
+    energy_basis: str | None = _opt(description="what energy_mj is")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import html
 
 from edgeopt import report_svg as svg
+from edgeopt.devices.fitted import PRIOR_BASIS
+from edgeopt.devices.render import figure_digits, latency_text, significant
+from edgeopt.devices.result import ENERGY_BASIS
 from edgeopt.report_compression import compression_body
 from edgeopt.report_data import data_rows
 from edgeopt.report_svg import Bar
@@ -101,9 +104,13 @@ def _estimate_cards(m: dict) -> list[str]:
     if not est:
         note = m.get("estimate_note", "")
         return [_card("latency", "—", note), _card("energy", "—", "")]
-    return [_card("latency", f"{est['latency_ms']:.3g} ms", f"per inference on "
-                  f"{m['device']['name']} (estimate)"),
-            _card("energy", _e(_num(est["energy_mj"], 3) + " mJ"), "per inference (estimate)")]
+    digits = figure_digits(est["latency_ms"], est.get("interval_ms"))
+    latency = significant(est["latency_ms"], digits) + " ms"
+    energy = "—" if est["energy_mj"] is None else f"~{significant(est['energy_mj'], 1)} mJ"
+    return [_card("latency", ("" if est.get("interval_ms") else "~") + latency,
+                  f"per inference on {m['device']['name']} (estimate; "
+                  f"{est.get('basis', PRIOR_BASIS)})"),
+            _card("energy", _e(energy), "per inference (modelled, not measured)")]
 
 
 def _summary(m: dict) -> str:
@@ -284,10 +291,12 @@ def _estimate(m: dict, detail: dict | None) -> str:
     if detail.get("on_chip_param_bytes") is not None:
         params = (f"<p>Parameters: {_e(_size(detail['on_chip_param_bytes']))} cached on chip, "
                   f"{_e(_size(detail['off_chip_param_bytes']))} streamed per inference.</p>")
-    body = (f"<p><b>{detail['latency_ms']:.3g} ms</b> and <b>{detail['energy_mj']:.3g} mJ</b> "
-            f"per inference on {_e(detail['device'])}, from the device profile's published "
-            "figures and fitted efficiencies (an estimate, not a measurement: "
-            "<code>edgeopt bench</code> measures).</p>" + params
+    latency = latency_text(detail["latency_ms"], detail.get("interval_ms"),
+                           detail.get("basis", PRIOR_BASIS))
+    body = (f"<p><b>{_e(latency)}</b> per inference on {_e(detail['device'])}: an estimate "
+            "from the device profile, not a measurement (<code>edgeopt bench</code> "
+            f"measures). Energy, ~{_e(significant(detail['energy_mj'], 1))} mJ, is "
+            f"{_e(detail.get('energy_basis') or ENERGY_BASIS)}.</p>" + params
             + "<h3>Where the time goes</h3>"
             + svg.stacked_bar(_unit_parts(detail), "latency by unit")
             + "<h3>Latency by op kind and unit</h3>"

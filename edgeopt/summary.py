@@ -6,6 +6,8 @@ and the notes yellow (edgeopt.terminal decides, NO_COLOR turns it off).
 
 from __future__ import annotations
 
+from edgeopt.devices.fitted import PRIOR_BASIS
+from edgeopt.devices.render import latency_text, significant
 from edgeopt.terminal import paint, table
 
 
@@ -92,8 +94,11 @@ def output_rows(validation: dict) -> list[tuple[str, str]]:
 def _estimate_row(m: dict) -> str:
     if not m.get("estimate"):
         return m.get("estimate_note", "—")
-    return (f"{m['estimate']['latency_ms']:.3g} ms, {m['estimate']['energy_mj']:.3g} mJ "
-            "per inference (from the device profile)")
+    est = m["estimate"]
+    energy = est["energy_mj"]
+    return (latency_text(est["latency_ms"], est.get("interval_ms"),
+                         est.get("basis", PRIOR_BASIS))
+            + (f"; ~{significant(energy, 1)} mJ (modelled)" if energy is not None else ""))
 
 
 def _compression_rows(m: dict) -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_user_error
+from edgeopt.devices.render import figure_digits, significant
 
 SECTIONS = ("summary", "comparison", "validation", "conversion", "io", "layers", "placement",
             "latency", "data", "toolchain")
@@ -57,8 +58,10 @@ def test_summary_shows_size_accuracy_latency_energy_and_device(compared):
     estimate = manifest["estimate"]
     for label in ("device", "size", "latency", "energy", "scheme"):
         assert f"<span>{label}</span>" in summary, label
-    assert f"{estimate['latency_ms']:.3g} ms" in summary
-    assert f"{estimate['energy_mj']:.3g} mJ" in summary
+    digits = figure_digits(estimate["latency_ms"], estimate["interval_ms"])
+    assert f"{significant(estimate['latency_ms'], digits)} ms" in summary  # as precise as earned
+    assert f"~{significant(estimate['energy_mj'], 1)} mJ" in summary
+    assert html.escape(estimate["basis"]) in summary
     assert "host-cpu" in summary and manifest["accuracy"]["metric"].replace("_", " ") in summary
 
 
