@@ -874,12 +874,22 @@ def _input_shapes(e: Entry, calib: Path) -> list[str]:
     """--input-shape flags fixing each dynamic input at its calibration shape, batch 1."""
     flags = []
     with np.load(calib) as data:
+        count = max(len(data[k]) for k in data.files if data[k].ndim)
         for name, shape, _ in e.inputs:
             if any(d is None or d < 0 for d in shape) and name in data and data[name].ndim:
-                fixed = (1, *data[name].shape[1:]) if shape and shape[0] in (-1, 1) else \
-                    data[name].shape
-                flags += ["--input-shape", f"{name}:{','.join(map(str, fixed))}"]
+                one = _one_sample(shape, data[name].shape, count)
+                flags += ["--input-shape", f"{name}:{','.join(map(str, one))}"]
     return flags
+
+
+def _one_sample(model: tuple, data: tuple, count: int) -> tuple:
+    """The data's shape for one sample: the axis that counts samples (axis 0, or the first
+    dynamic axis holding the sample count, as in a recurrent state [layers, N, units])
+    becomes 1."""
+    dynamic = [i for i, d in enumerate(model) if d is None or d < 0]
+    axis = 0 if model and model[0] in (-1, 1, None) else next(
+        (i for i in dynamic if data[i] == count), None)
+    return tuple(1 if i == axis else d for i, d in enumerate(data))
 
 
 def baseline(entries: list[Entry], workdir: Path, limit: int, result: Path,
