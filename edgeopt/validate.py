@@ -18,8 +18,9 @@ Every output gets its own SQNR, cosine and errors, and a metric picked by what i
 An output whose artifact values are constant while the float ones vary is *collapsed*;
 so is a values output or channel group below ``COLLAPSE_SQNR_DB``, a class output that
 gives every sample one class, a sequence whose decoded strings are all empty
-(`collapse_reason`). `check_collapsed` fails the build on it unless the user accepts it. The pooled SQNR/cosine over all outputs is kept (``pooled_over`` says
-what it pools); it is a quality figure only for a single output of one scale.
+(`collapse_reason`). `check_collapsed` fails the build on it unless the user accepts it.
+The pooled SQNR/cosine over all outputs is kept (``pooled_over`` says what it pools); it
+is a quality figure only for a single output of one scale.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ SCALE_GAP = 10.0         # channel groups whose float magnitudes differ by >= 10
 MAX_GROUP_AXIS = 256     # only channel-like axes (not spatial or anchor axes) are split
 MAX_RUNS = 4             # a real channel layout splits into few contiguous groups
 PROBABILITY_TOL = 1e-3
+ONE_CLASS_SAMPLES = 16   # below this, one class for every sample can be chance, not collapse
 
 
 class CollapsedOutputError(ConversionError):
@@ -258,7 +260,7 @@ def collapse_reason(reference: np.ndarray, candidate: np.ndarray, kind: str = "v
 
 def _one_class(reference: np.ndarray, candidate: np.ndarray) -> str | None:
     top = candidate.argmax(-1).ravel()
-    if len(top) > 1 and len(set(top.tolist())) == 1 and \
+    if len(top) >= ONE_CLASS_SAMPLES and len(set(top.tolist())) == 1 and \
             len(set(reference.argmax(-1).ravel().tolist())) > 1:
         return (f"every sample gets class {int(top[0])} while the float model gives "
                 f"{len(set(reference.argmax(-1).ravel().tolist()))} different classes")
