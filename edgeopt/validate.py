@@ -38,6 +38,7 @@ SCALE_GAP = 10.0         # channel groups whose float magnitudes differ by >= 10
 MAX_GROUP_AXIS = 256     # only channel-like axes (not spatial or anchor axes) are split
 MAX_RUNS = 4             # a real channel layout splits into few contiguous groups
 PROBABILITY_TOL = 1e-3
+ONE_CLASS_SAMPLES = 16   # below this, one class for every sample can be chance, not collapse
 
 
 class CollapsedOutputError(ConversionError):
@@ -259,7 +260,7 @@ def collapse_reason(reference: np.ndarray, candidate: np.ndarray, kind: str = "v
 
 def _one_class(reference: np.ndarray, candidate: np.ndarray) -> str | None:
     top = candidate.argmax(-1).ravel()
-    if len(top) > 1 and len(set(top.tolist())) == 1 and \
+    if len(top) >= ONE_CLASS_SAMPLES and len(set(top.tolist())) == 1 and \
             len(set(reference.argmax(-1).ravel().tolist())) > 1:
         return (f"every sample gets class {int(top[0])} while the float model gives "
                 f"{len(set(reference.argmax(-1).ravel().tolist()))} different classes")

@@ -205,3 +205,9 @@ def test_ctc_output_decoding_to_nothing_is_collapsed():
     blank = np.eye(4, dtype=np.float32)[[[0, 0, 0], [0, 0, 0]]] * 0.9 + 0.025
     record = compare([steps], [blank], None, ["ctc"])
     assert "every decoded string is empty" in record.collapsed[0]
+
+
+def test_one_class_on_a_few_samples_is_not_called_a_collapse():
+    probs = np.array([[0.6, 0.4], [0.4, 0.6], [0.7, 0.3], [0.45, 0.55]], np.float32)
+    artifact = np.array([[0.6, 0.4], [0.51, 0.49], [0.7, 0.3], [0.52, 0.48]], np.float32)
+    assert compare([probs], [artifact], None, ["probs"]).collapsed == []
