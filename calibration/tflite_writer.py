@@ -20,6 +20,7 @@ import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision
 from edgeopt.calibration.divisors import risky_divisions
+from edgeopt.calibration.mixed_scales import mixed_scale_concats
 from edgeopt.calibration.graphspec import CalibGraph, Layer
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
@@ -99,7 +100,8 @@ def float_reasons(graph: CalibGraph, plan: QuantPlan) -> dict[str, str]:
     """Ops (by output tensor) the writer keeps float although the scheme is integer."""
     if plan.mode != Mode.STATIC or not plan.quantize_rest:
         return {}
-    return {**risky_divisions(graph, plan.activation_ranges), **plan.keep_float}
+    return {**risky_divisions(graph, plan.activation_ranges),
+            **mixed_scale_concats(graph, plan.activation_ranges), **plan.keep_float}
 
 
 def _weight_qsv(layer: Layer, quant) -> dict[str, np.ndarray]:
