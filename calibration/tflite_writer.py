@@ -20,8 +20,8 @@ import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision
 from edgeopt.calibration.divisors import risky_divisions
-from edgeopt.calibration.mixed_scales import mixed_scale_concats
 from edgeopt.calibration.graphspec import CalibGraph, Layer
+from edgeopt.calibration.mixed_scales import mixed_scale_concats
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
 from edgeopt.calibration.tflite_aeq import set_io_dtype
