@@ -7,8 +7,6 @@ reader can link to it and tests can find it.
 
 from __future__ import annotations
 
-import html
-
 from edgeopt import report_svg as svg
 from edgeopt.devices.fitted import PRIOR_BASIS
 from edgeopt.devices.render import figure_digits, latency_text, significant
@@ -16,6 +14,8 @@ from edgeopt.devices.result import ENERGY_BASIS
 from edgeopt.report_compression import compression_body
 from edgeopt.report_data import data_rows
 from edgeopt.report_svg import Bar
+from edgeopt.report_validation import esc as _e
+from edgeopt.report_validation import num as _num
 from edgeopt.report_validation import validation_body
 
 _CSS = """
@@ -41,18 +41,6 @@ h3{font-size:14px;margin:14px 0 6px}svg{display:block;margin:6px 0}section{overf
 details{margin-top:10px}summary{cursor:pointer;color:#2b6cb0}
 .layer-chart svg{overflow:visible}.bad{color:#b42318}
 """
-
-
-def _e(value) -> str:
-    return html.escape(str(value))
-
-
-def _num(value, digits: int = 4) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
 
 
 def _metric(metric: str, value) -> str:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import html
 
 
-def _e(value) -> str:
+def esc(value) -> str:
+    """Text made safe for the report's HTML."""
     return html.escape(str(value))
 
 
-def _num(value, digits: int = 4) -> str:
+def num(value, digits: int = 4) -> str:
+    """A figure to `digits` significant digits, '—' when there is none."""
     if value is None:
         return "—"
     if isinstance(value, float):
@@ -21,53 +23,53 @@ def _num(value, digits: int = 4) -> str:
     return str(value)
 
 
-def _share(value) -> str:
+def share(value) -> str:
     return "—" if value is None else f"{100 * value:.2f}%"
 
 
-def _agreement(out: dict) -> str:
+def agreement_text(out: dict) -> str:
     """The agreement metric of the output's kind."""
     if out["kind"] == "classes":
-        return f"top-1 agreement {_share(out.get('top1_agreement'))}"
+        return f"top-1 agreement {share(out.get('top1_agreement'))}"
     if out["kind"] == "sequence":
-        return (f"per-step agreement {_share(out.get('step_agreement'))}, decoded-string "
-                f"match {_share(out.get('string_match'))} (greedy CTC, blank "
+        return (f"per-step agreement {share(out.get('step_agreement'))}, decoded-string "
+                f"match {share(out.get('string_match'))} (greedy CTC, blank "
                 f"{out.get('blank_index')})")
-    return f"relative error {_share(out.get('relative_error'))}"
+    return f"relative error {share(out.get('relative_error'))}"
 
 
 def _state(collapsed) -> str:
-    return f'<b class="bad">collapsed</b>: {_e(collapsed)}' if collapsed else "ok"
+    return f'<b class="bad">collapsed</b>: {esc(collapsed)}' if collapsed else "ok"
 
 
 def _output_rows(outputs: list[dict]) -> list[tuple]:
     rows = []
     for out in outputs:
-        rows.append((f"<code>{_e(out['name'])}</code>", _e(out["kind"]), _num(out["sqnr_db"]),
-                     _num(out["cosine"], 6), _num(out["max_abs"]), _e(_agreement(out)),
+        rows.append((f"<code>{esc(out['name'])}</code>", esc(out["kind"]), num(out["sqnr_db"]),
+                     num(out["cosine"], 6), num(out["max_abs"]), esc(agreement_text(out)),
                      _state(out.get("collapsed"))))
         for g in out.get("groups") or []:
             where = f"channels {g['start']}:{g['end']} (axis {g['axis']})"
             role = f", {g['role']}" if g.get("role") else ""
-            rows.append((f"&nbsp;&nbsp;↳ {_e(where + role)}", "group", _num(g["sqnr_db"]),
-                         _num(g["cosine"], 6), _num(g["max_abs"]),
-                         _e(f"float range [{_num(g['float_min'])}, {_num(g['float_max'])}]"),
+            rows.append((f"&nbsp;&nbsp;↳ {esc(where + role)}", "group", num(g["sqnr_db"]),
+                         num(g["cosine"], 6), num(g["max_abs"]),
+                         esc(f"float range [{num(g['float_min'])}, {num(g['float_max'])}]"),
                          _state(g.get("collapsed"))))
     return rows
 
 
 def _task_rows(task: dict) -> list[tuple]:
     details = ", ".join(f"{k} {v}" for k, v in task["details"].items())
-    return [("task", _e(task["task"])), ("metric", _e(task["metric"].replace("_", " "))),
-            ("value", _e(_share(task["value"]))),
-            ("outputs", _e(", ".join(task["outputs"]))), ("samples", task["samples"]),
-            ("how", _e(details or "—"))]
+    return [("task", esc(task["task"])), ("metric", esc(task["metric"].replace("_", " "))),
+            ("value", esc(share(task["value"]))),
+            ("outputs", esc(", ".join(task["outputs"]))), ("samples", task["samples"]),
+            ("how", esc(details or "—"))]
 
 
 def validation_body(v: dict, table) -> str:
     """The section's HTML; `table(rows, header)` is the report's table helper."""
     outputs = v.get("outputs") or []
-    intro = (f"<p>The artifact in {_e(v['runtime'])} against the float model on "
+    intro = (f"<p>The artifact in {esc(v['runtime'])} against the float model on "
              f"<b>{v['samples']} evaluation samples</b>, held out from calibration; "
              "every figure below is measured on those samples.</p>")
     body = intro
@@ -81,8 +83,8 @@ def validation_body(v: dict, table) -> str:
     label = "output SQNR (dB)" if honest else (
         f"pooled SQNR over {len(pooled_over)} output(s) and their scales (dB) — not a quality "
         "figure here: read the rows above")
-    rows = [(_e(label), _num(v["sqnr_db"])), ("pooled cosine", _num(v["cosine"], 6)),
-            ("pooled max abs error", _num(v["max_abs"]))]
+    rows = [(esc(label), num(v["sqnr_db"])), ("pooled cosine", num(v["cosine"], 6)),
+            ("pooled max abs error", num(v["max_abs"]))]
     if v.get("collapsed") and v.get("accepted_collapsed"):
-        rows.append(("collapsed, accepted", _e("; ".join(v["collapsed"]))))
+        rows.append(("collapsed, accepted", esc("; ".join(v["collapsed"]))))
     return body + "<h3>All outputs together</h3>" + table(rows)

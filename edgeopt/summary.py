@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from edgeopt.devices.fitted import PRIOR_BASIS
 from edgeopt.devices.render import latency_text, significant
+from edgeopt.report_validation import agreement_text, share
 from edgeopt.terminal import paint, table
 
 
@@ -53,19 +54,6 @@ def _accuracy_row(acc: dict, colour: bool) -> str:
             f"(delta {paint(_fmt(delta), shade, colour)})")
 
 
-def _share(value) -> str:
-    return "—" if value is None else f"{100 * value:.2f}%"
-
-
-def _kind_text(out: dict) -> str:
-    if out["kind"] == "classes":
-        return f"top-1 agreement {_share(out.get('top1_agreement'))}"
-    if out["kind"] == "sequence":
-        return (f"per-step agreement {_share(out.get('step_agreement'))}, decoded strings "
-                f"{_share(out.get('string_match'))} same (CTC blank {out.get('blank_index')})")
-    return f"relative error {_share(out.get('relative_error'))}"
-
-
 def _db(value) -> str:
     return "—" if value is None else f"{value:.1f} dB"
 
@@ -76,7 +64,7 @@ def output_rows(validation: dict) -> list[tuple[str, str]]:
     for out in validation.get("outputs") or []:
         state = f"; COLLAPSED: {out['collapsed']}" if out.get("collapsed") else ""
         rows.append((f"output {out['name']}", f"{out['kind']}: SQNR {_db(out['sqnr_db'])}, "
-                     f"cosine {_fmt(out['cosine'])}, {_kind_text(out)}{state}"))
+                     f"cosine {_fmt(out['cosine'])}, {agreement_text(out)}{state}"))
         for g in out.get("groups") or []:
             role = f" {g['role']}" if g.get("role") else ""
             state = f"; COLLAPSED: {g['collapsed']}" if g.get("collapsed") else ""
@@ -86,7 +74,7 @@ def output_rows(validation: dict) -> list[tuple[str, str]]:
     task = validation.get("task")
     if task:
         rows.append((f"task {task['task']}", f"{task['metric'].replace('_', ' ')} "
-                     f"{_share(task['value'])} against the float model "
+                     f"{share(task['value'])} against the float model "
                      f"({task['samples']} samples)"))
     return rows
 
