@@ -16,8 +16,11 @@ from __future__ import annotations
 from edgeopt.calibration.graphspec import CalibGraph
 
 MAX_RATIO = 16.0  # the smaller input keeps 255 / 16 = 16 levels or more
+CONCAT_OPS = frozenset({"CONCATENATION", "Concat"})  # LiteRT, ONNX
 LAYOUT_OPS = frozenset({"RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "STRIDED_SLICE",
-                        "SLICE", "GATHER", "PACK", "UNPACK", "SPLIT", "SPLIT_V"})
+                        "SLICE", "GATHER", "PACK", "UNPACK", "SPLIT", "SPLIT_V",
+                        "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Gather",
+                        "Split", "Flatten"})
 
 
 def _magnitude(lo: float, hi: float) -> float:
@@ -29,7 +32,7 @@ def mixed_scale_concats(graph: CalibGraph,
     """Ops (by output tensor) to keep float, with the reason the manifest lists."""
     found: dict[str, str] = {}
     for op in graph.ops:
-        if op.op != "CONCATENATION":
+        if op.op not in CONCAT_OPS:
             continue
         sizes = {name: _magnitude(*ranges[name]) for name in op.inputs if name in ranges}
         if len(sizes) < 2 or min(sizes.values()) <= 0:
@@ -38,7 +41,7 @@ def mixed_scale_concats(graph: CalibGraph,
         ratio = sizes[big] / sizes[small]
         if ratio > MAX_RATIO:
             found[op.outputs[0]] = (
-                f"CONCATENATION of inputs whose ranges differ {ratio:.0f}x ('{big}' up to "
+                f"{op.op} of inputs whose ranges differ {ratio:.0f}x ('{big}' up to "
                 f"{sizes[big]:.3g}, '{small}' up to {sizes[small]:.3g}): one int8 scale would "
                 f"leave '{small}' {255 / ratio:.1f} steps; kept float")
     return {**found, **_downstream_layout(graph, found)}

@@ -42,8 +42,9 @@ class OnnxFormat:
         self.graph = read_graph(self.float_model)
 
     def float_reasons(self, plan: QuantPlan) -> dict[str, str]:
-        """Ops kept float on purpose: none (onnxruntime runs QDQ Div in float anyway)."""
-        return {}
+        """Ops kept float on purpose: concatenations of mixed scales (onnxruntime runs QDQ
+        Div in float anyway)."""
+        return onnx_writer.float_reasons(self.graph, plan)
 
     def limitations(self, plan: QuantPlan) -> list[str]:
         """What this format cannot express of `plan` (said in the result's warnings)."""

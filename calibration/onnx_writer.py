@@ -27,6 +27,7 @@ import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision
 from edgeopt.calibration.graphspec import CalibGraph
+from edgeopt.calibration.mixed_scales import mixed_scale_concats
 from edgeopt.calibration.onnx_backend import (
     WEIGHT_UINT8_ZERO_POINT,
     native_weight,
@@ -78,11 +79,19 @@ def embed_weights(model, graph: CalibGraph, plan: QuantPlan) -> None:
             _set_initializer(model, layer.bias, layer_plan.bias)
 
 
+def float_reasons(graph: CalibGraph, plan: QuantPlan) -> dict[str, str]:
+    """Ops (by output tensor) kept float although the scheme is integer."""
+    if plan.mode != Mode.STATIC:
+        return {}
+    return mixed_scale_concats(graph, plan.activation_ranges)
+
+
 def excluded_nodes(model, graph: CalibGraph, plan: QuantPlan) -> list[str]:
     nodes = _nodes(model)
-    return [nodes[la.output].name for la in graph.layers
-            if plan.layers.get(la.name) is not None
-            and plan.layers[la.name].precision in (Precision.FP16, Precision.FLOAT)]
+    chosen = [nodes[la.output].name for la in graph.layers
+              if plan.layers.get(la.name) is not None
+              and plan.layers[la.name].precision in (Precision.FP16, Precision.FLOAT)]
+    return chosen + [nodes[t].name for t in float_reasons(graph, plan) if t in nodes]
 
 
 def weight_overrides(model, graph: CalibGraph, plan: QuantPlan) -> dict:
