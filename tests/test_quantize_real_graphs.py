@@ -235,7 +235,6 @@ def test_a_concatenation_of_boxes_and_scores_stays_float():
 
 
 def _onnx_detector_head() -> bytes:
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)
