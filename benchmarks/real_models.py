@@ -36,7 +36,7 @@ from zoo import BY_NAME, ZOO, Entry, _input_shapes, _timed, failure_class, write
 RESULT = RESULTS_DIR / "real_models.json"
 CALIB_SAMPLES = 16
 # zoo task -> edgeopt --task (the task metric against the float model)
-TASKS = {"classify": "classify", "ocr-rec": "sequence", "kws": "classify"}
+TASKS = {"classify": "classify", "ocr-rec": "sequence"}
 STEPS = ("inspect", "pixel", "onnx", "coral", "ethos", "w4a8", "prune")
 
 
@@ -171,7 +171,8 @@ def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit
 
 def run(entries: list[Entry], steps: list[str], workdir: Path, limit: int, redo: bool,
         stop_at: float | None) -> dict:
-    record = json.loads(RESULT.read_text()) if RESULT.exists() and not redo else {}
+    record = json.loads(RESULT.read_text()) if RESULT.exists() else {}  # --redo: only
+    # the steps and models named run again; the rest of the record stays
     models = record.setdefault("models", {})
     for e in entries:
         calib = workdir / "calib" / f"{e.name}.npz"
@@ -259,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", nargs="*", choices=STEPS, default=list(STEPS))
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/zoo"))
     parser.add_argument("--limit", type=int, default=900, help="seconds per command")
-    parser.add_argument("--redo", action="store_true", help="run steps already recorded")
+    parser.add_argument("--redo", action="store_true",
+                        help="run the named steps again for the named models")
     parser.add_argument("--stop-at", help="UTC HH:MM after which no command starts")
     parser.add_argument("--table", action="store_true", help="print the markdown table")
     args = parser.parse_args(argv)

@@ -878,18 +878,18 @@ def _input_shapes(e: Entry, calib: Path) -> list[str]:
         for name, shape, _ in e.inputs:
             if any(d is None or d < 0 for d in shape) and name in data and data[name].ndim:
                 one = _one_sample(shape, data[name].shape, count)
-                flags += ["--input-shape", f"{name}:{','.join(map(str, one))}"]
+                if one is not None:
+                    flags += ["--input-shape", f"{name}:{','.join(map(str, one))}"]
     return flags
 
 
-def _one_sample(model: tuple, data: tuple, count: int) -> tuple:
-    """The data's shape for one sample: the axis that counts samples (axis 0, or the first
-    dynamic axis holding the sample count, as in a recurrent state [layers, N, units])
-    becomes 1."""
-    dynamic = [i for i, d in enumerate(model) if d is None or d < 0]
-    axis = 0 if model and model[0] in (-1, 1, None) else next(
-        (i for i in dynamic if data[i] == count), None)
-    return tuple(1 if i == axis else d for i, d in enumerate(data))
+def _one_sample(model: tuple, data: tuple, count: int) -> tuple | None:
+    """The data's shape for one sample (its batch axis 0 set to 1); None for an input that
+    counts samples on another axis (a recurrent state [layers, N, units]): edgeopt takes
+    that one's shape from the data itself."""
+    if not model or model[0] not in (-1, 1, None):
+        return None
+    return (1, *data[1:])
 
 
 def baseline(entries: list[Entry], workdir: Path, limit: int, result: Path,
