@@ -111,6 +111,21 @@ def mobilenet_models() -> dict[str, bytes]:
     return models
 
 
+def _measure(label: str, models: dict, repeats: int, results: list, rows: list) -> None:
+    """int8 and w4a8 of one model, each under XNNPACK and the builtin kernels."""
+    runs = {"int8 xnnpack": interpreter(models["w8a8"], False),
+            "int8 builtin": interpreter(models["w8a8"], True),
+            "w4a8 default": interpreter(models["w4a8"], False),
+            "w4a8 builtin": interpreter(models["w4a8"], True)}
+    ms = time_all(runs, repeats)
+    record = {"layer": label, "ms": {k: round(v, 4) for k, v in ms.items()},
+              "w4a8_over_int8_xnnpack": round(ms["w4a8 default"] / ms["int8 xnnpack"], 1),
+              "w4a8_over_int8_builtin": round(ms["w4a8 default"] / ms["int8 builtin"], 1)}
+    results.append(record)
+    rows.append((label, *(f"{ms[k]:.3f}" for k in runs),
+                 record["w4a8_over_int8_xnnpack"], record["w4a8_over_int8_builtin"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
@@ -119,31 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     rows, results = [], []
     for label, (shape, kind, units, kernel) in LAYERS.items():
         models = quantized(make_model(shape, kind, units, kernel), shape)
-        runs = {"int8 xnnpack": interpreter(models["w8a8"], False),
-                "int8 builtin": interpreter(models["w8a8"], True),
-                "w4a8 default": interpreter(models["w4a8"], False),
-                "w4a8 builtin": interpreter(models["w4a8"], True)}
-        ms = time_all(runs, args.repeats)
-        record = {"layer": label, "ms": {k: round(v, 4) for k, v in ms.items()},
-                  "w4a8_over_int8_xnnpack": round(ms["w4a8 default"] / ms["int8 xnnpack"], 1),
-                  "w4a8_over_int8_builtin": round(ms["w4a8 default"] / ms["int8 builtin"], 1)}
-        results.append(record)
-        rows.append((label, *(f"{ms[k]:.3f}" for k in runs),
-                     record["w4a8_over_int8_xnnpack"], record["w4a8_over_int8_builtin"]))
+        _measure(label, models, args.repeats, results, rows)
     if not args.skip_mobilenet:
-        models = mobilenet_models()
-        runs = {"int8 xnnpack": interpreter(models["w8a8"], False),
-                "int8 builtin": interpreter(models["w8a8"], True),
-                "w4a8 default": interpreter(models["w4a8"], False),
-                "w4a8 builtin": interpreter(models["w4a8"], True)}
-        ms = time_all(runs, max(args.repeats // 3, 5))
-        label = "MobileNetV2-0.35 96x96 (trained)"
-        record = {"layer": label, "ms": {k: round(v, 4) for k, v in ms.items()},
-                  "w4a8_over_int8_xnnpack": round(ms["w4a8 default"] / ms["int8 xnnpack"], 1),
-                  "w4a8_over_int8_builtin": round(ms["w4a8 default"] / ms["int8 builtin"], 1)}
-        results.append(record)
-        rows.append((label, *(f"{ms[k]:.3f}" for k in runs),
-                     record["w4a8_over_int8_xnnpack"], record["w4a8_over_int8_builtin"]))
+        _measure("MobileNetV2-0.35 96x96 (trained)", mobilenet_models(),
+                 max(args.repeats // 3, 5), results, rows)
     print_table(("layer", "int8 xnnpack ms", "int8 builtin ms", "w4a8 default ms",
                  "w4a8 builtin ms", "w4a8/int8 xnnpack", "w4a8/int8 builtin"), rows)
     print(f"\nwrote {write_results(NAME, {'layers': results, 'repeats': args.repeats})}")
