@@ -20,7 +20,7 @@ import numpy as np
 
 from edgeopt.calibration.graphspec import CalibGraph, ConvGeometry, Layer, LayerKind, OpInfo
 from edgeopt.errors import ConversionError, DataError, first_line
-from edgeopt.runtime import ort_run
+from edgeopt.runtime import ort_feed, ort_run, varying_scalar
 
 MIN_OPSET = 13
 _FLOAT = 1  # TensorProto.FLOAT
@@ -225,11 +225,11 @@ class OnnxCapture:
         missing = [n for n in feeds_names if n not in calib]
         if missing:
             raise DataError(f"no calibration array for model input(s) {missing}")
-        step = batch_size if _dynamic_batch(run) else 1
+        step = batch_size if _dynamic_batch(run) and not varying_scalar(run, calib) else 1
         count = len(next(iter(calib.values())))
         for start in range(0, count, step):
-            feeds = {n: calib[n][start:start + step] for n in feeds_names}
-            try:
+            feeds = ort_feed(run, calib, start, step)  # scalars and recurrent states as the
+            try:                                       # model declares them (samples first here)
                 values = ort_run(run, feeds, names)
             except ConversionError:
                 raise

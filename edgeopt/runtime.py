@@ -259,7 +259,7 @@ def ort_batch(session) -> int:
     return fixed[0] if fixed else ORT_BATCH
 
 
-def _ort_feed(session, feeds: dict[str, np.ndarray], start: int, step: int) -> dict:
+def ort_feed(session, feeds: dict[str, np.ndarray], start: int, step: int) -> dict:
     """One chunk of batch-first samples, each input in the layout the session declares."""
     feed = {}
     for spec in session.get_inputs():
@@ -275,7 +275,7 @@ def _ort_feed(session, feeds: dict[str, np.ndarray], start: int, step: int) -> d
     return feed
 
 
-def _varying_scalar(session, feeds: dict[str, np.ndarray]) -> bool:
+def varying_scalar(session, feeds: dict[str, np.ndarray]) -> bool:
     """A scalar input whose value changes between samples: one sample per run."""
     return any(not spec.shape and len(np.unique(feeds[spec.name])) > 1
                for spec in session.get_inputs())
@@ -288,10 +288,10 @@ def ort_run_batches(session, feeds: dict[str, np.ndarray],
     onnxruntime's own errors propagate, or become `error` ("could not run the model on
     these inputs") when one is given."""
     count = len(next(iter(feeds.values())))
-    step = 1 if _varying_scalar(session, feeds) else ort_batch(session)
+    step = 1 if varying_scalar(session, feeds) else ort_batch(session)
     try:
         chunks = [[batch_first(out, min(step, count - start)) for out in
-                   ort_run(session, _ort_feed(session, feeds, start, step))]
+                   ort_run(session, ort_feed(session, feeds, start, step))]
                   for start in range(0, count, step)]
     except EdgeoptError:
         raise

@@ -271,3 +271,34 @@ def test_an_onnx_concatenation_of_boxes_and_scores_stays_float():
         return session.run(None, {"features": features})[0]
 
     assert sqnr_db(run(model)[:, 4:], run(result.model)[:, 4:]) > 20  # the scores survive
+
+
+def _onnx_with_state() -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(2).normal(0, 1, (4, 4)).astype(
+        np.float32), "w")
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+             helper.make_node("ReduceMean", ["state", "axes"], ["memory"], keepdims=0),
+             helper.make_node("Add", ["xw", "memory"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "recurrent", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4]),
+                             helper.make_tensor_value_info("state", TensorProto.FLOAT,
+                                                           [2, None, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])], [w, axes])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+def test_the_calibration_core_feeds_a_recurrent_state_in_the_models_layout():
+    """silero-vad's `state` [2, N, 128] counts samples on axis 1; edgeopt keeps samples
+    first, and the ONNX calibration core fed them as [N, 2, 128] ('Got invalid dimensions
+    for input: state')."""
+    from edgeopt.quantize import quantize_onnx
+
+    rng = np.random.default_rng(0)
+    calib = {"x": rng.normal(0, 1, (16, 4)).astype(np.float32),
+             "state": rng.normal(0, 1, (16, 2, 4)).astype(np.float32)}  # samples first
+    result = quantize_onnx(_onnx_with_state(), calib, QuantConfig(scheme="w8a8",
+                                                                  method="minmax"))
+    assert result.validation["sqnr_db"] > 20
