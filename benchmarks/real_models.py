@@ -91,7 +91,7 @@ def runtime_check(model: Path, calib: Path) -> str:
     """'ok' when the runtime loads `model` and runs the first calibration sample, else why."""
     try:
         with np.load(calib) as data:
-            sample = {k: data[k][:1] for k in data.files}
+            sample = _first_sample({k: data[k] for k in data.files})
         if model.suffix == ".onnx":
             import onnxruntime as ort
 
@@ -101,6 +101,7 @@ def runtime_check(model: Path, calib: Path) -> str:
                 x = sample.get(i.name)
                 if x is None:
                     return f"no sample for input {i.name}"
+                x = _as_declared(x, i.shape)
                 feeds[i.name] = x.astype(np.float32) if "float" in i.type else x
             session.run(None, feeds)
             return "ok"
@@ -121,6 +122,33 @@ def _interpreter(model: Path):
     from ai_edge_litert.interpreter import Interpreter
 
     return Interpreter(str(model))
+
+
+def _first_sample(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The first sample of each input, in the layout the zoo stored it: a recurrent state
+    [layers, N, units] keeps its sample axis where it is, a scalar stays a scalar."""
+    count = max(len(a) for a in arrays.values() if a.ndim)
+    first = {}
+    for name, a in arrays.items():
+        axis = 0 if not a.ndim or a.shape[0] == count else next(
+            (i for i, n in enumerate(a.shape) if n == count), 0)
+        first[name] = np.take(a, [0], axis=axis) if a.ndim else a
+    return first
+
+
+def _as_declared(x: np.ndarray, declared) -> np.ndarray:
+    """One sample (samples first, as the zoo stores them) in the layout an ONNX input
+    declares: a scalar gets its value, a recurrent state [layers, N, units] its sample
+    on axis 1."""
+    if not declared:
+        return np.asarray(x.reshape(-1)[0])
+    fits = lambda shape: len(shape) == len(declared) and all(  # noqa: E731
+        not isinstance(d, int) or d == n for d, n in zip(declared, shape))
+    for axis in range(x.ndim):
+        moved = np.moveaxis(x, 0, axis)
+        if fits(moved.shape):
+            return moved
+    return x
 
 
 def _laid_out(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
