@@ -35,7 +35,7 @@ from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
 from edgeopt.float_islands import FULL_INTEGER_SCHEMES, require_full_integer
 from edgeopt.model import load_model, tflite_interpreter, with_input_shapes
-from edgeopt.runtime import OnnxRunner, TFLiteRunner, run_dataset
+from edgeopt.runtime import OnnxRunner, TFLiteRunner, fits_declared, run_dataset
 from edgeopt.summary import output_rows
 from edgeopt.task_spec import DEFAULT_BLANK_INDEX, DEFAULT_SCORE_THRESHOLD, TaskSpec
 from edgeopt.tflite_metadata import check_labels_file, with_quantize_metadata
@@ -215,13 +215,10 @@ def _runner(content: bytes, fmt: str, input_names: list[str]):
 def _output_names(float_outputs: list[np.ndarray], handle) -> list[str]:
     """The source's output names when the artifact's outputs line up with them (count and
     per-sample shapes, -1 matching any size), else output_0, output_1, ..."""
-    def fits(spec, out: np.ndarray) -> bool:
-        dims = spec.shape[1:]
-        return len(spec.shape) == out.ndim and all(d in (-1, n) for d, n in
-                                                   zip(dims, out.shape[1:]))
-
     source = handle.outputs
-    if len(source) == len(float_outputs) and all(map(fits, source, float_outputs)):
+    if len(source) == len(float_outputs) and all(
+            fits_declared(out.shape[1:], tuple(spec.shape[1:]))
+            for spec, out in zip(source, float_outputs)):
         return [spec.name for spec in source]
     return [f"output_{i}" for i in range(len(float_outputs))]
 

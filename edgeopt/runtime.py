@@ -112,17 +112,19 @@ def in_model_layout(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     counts samples on another axis (a recurrent state [layers, N, units]) gets them there."""
     if not shape:
         return value.reshape(-1)[0] if value.size else value.reshape(())
-    if value.ndim != len(shape) or _fits(value.shape, shape):
+    if value.ndim != len(shape) or fits_declared(value.shape, shape):
         return value
     for axis in range(1, value.ndim):
         moved = np.moveaxis(value, 0, axis)
-        if _fits(moved.shape, shape):
+        if fits_declared(moved.shape, shape):
             return moved
     return value
 
 
-def _fits(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
-    return all(d < 0 or d == s for s, d in zip(shape, declared))
+def fits_declared(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
+    """Whether an array of `shape` is one a tensor `declared` with it (-1 dynamic) takes."""
+    return len(shape) == len(declared) and all(d < 0 or d == s
+                                               for s, d in zip(shape, declared))
 
 
 def batch_first(array: np.ndarray, count: int) -> np.ndarray:
