@@ -1,9 +1,10 @@
 """End to end: a tiny 2-output detector whose class scores collapse in the int8 artifact.
 
-The model's first output concatenates boxes (0..320) and class scores (0..0.5) on its last
-axis, as detectors export them; one int8 scale for that tensor rounds every score to 0. The
-pooled SQNR stays high; the per-output figures name the collapsed channel group and the
-build fails, unless the user accepts it.
+The model's first output holds boxes (0..320) and class scores (0..0.5) on its last axis,
+made by one op (a per-channel scale after one MatMul), so one int8 scale for that tensor
+rounds every score to 0. (Had the two been joined by a Concat, the writer would keep the
+Concat float: calibration/mixed_scales.py.) The pooled SQNR stays high; the per-output
+figures name the collapsed channel group and the build fails, unless the user accepts it.
 """
 
 from __future__ import annotations
@@ -21,20 +22,17 @@ def _detector_onnx(path):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
+    per_anchor = np.array([320.0] * 4 + [0.5] * CLASSES)  # boxes in pixels, then scores
     inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
-        ("wb", rng.normal(size=(FEATURES, ANCHORS * 4))),
-        ("ws", rng.normal(size=(FEATURES, ANCHORS * CLASSES))),
+        ("wd", rng.normal(size=(FEATURES, ANCHORS * (4 + CLASSES)))),
         ("wc", rng.normal(size=(FEATURES, 5))),
-        ("k320", np.array(320.0)), ("khalf", np.array(0.5)))]
-    inits += [numpy_helper.from_array(np.array(s, np.int64), n) for n, s in (
-        ("shape_b", [1, ANCHORS, 4]), ("shape_s", [1, ANCHORS, CLASSES]))]
+        ("kscale", np.tile(per_anchor, ANCHORS)))]
+    inits += [numpy_helper.from_array(np.array([1, ANCHORS, 4 + CLASSES], np.int64),
+                                      "shape_d")]
     node = helper.make_node
-    nodes = [node("MatMul", ["x", "wb"], ["b0"]), node("Sigmoid", ["b0"], ["b1"]),
-             node("Mul", ["b1", "k320"], ["b2"]), node("Reshape", ["b2", "shape_b"], ["boxes"]),
-             node("MatMul", ["x", "ws"], ["s0"]), node("Sigmoid", ["s0"], ["s1"]),
-             node("Mul", ["s1", "khalf"], ["s2"]),
-             node("Reshape", ["s2", "shape_s"], ["scores"]),
-             node("Concat", ["boxes", "scores"], ["detections"], axis=-1),
+    nodes = [node("MatMul", ["x", "wd"], ["d0"]), node("Sigmoid", ["d0"], ["d1"]),
+             node("Mul", ["d1", "kscale"], ["d2"]),
+             node("Reshape", ["d2", "shape_d"], ["detections"]),
              node("MatMul", ["x", "wc"], ["c0"]), node("Softmax", ["c0"], ["probs"], axis=-1)]
     graph = helper.make_graph(
         nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, FEATURES])],
