@@ -473,12 +473,47 @@ def _notes(counts: Counter) -> list[str]:
 
 # --------------------------------------------------------------------------- verification
 
-def _interpreter(content: bytes):
+# sizes tried for dynamic dimensions when a model does not prepare at its placeholder shape
+# (openWakeWord's melspectrogram declares [-1, -1] with a [1, 1] its CONV_2D cannot take)
+_TRIAL_SIZES = (16, 64, 256, 1024, 4096)
+
+
+def _interpreter(content: bytes, shapes: list[list[int]] | None = None):
+    """`content` in LiteRT with tensors allocated, at `shapes` when given."""
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=content)
+    for detail, shape in zip(interpreter.get_input_details(), shapes or []):
+        interpreter.resize_tensor_input(detail["index"], shape)
     interpreter.allocate_tensors()
     return interpreter
+
+
+def _trial_shapes(interpreter, size: int) -> list[list[int]]:
+    return [[1 if axis == 0 and d < 0 else size if d < 0 else int(d)
+             for axis, d in enumerate(detail.get("shape_signature", detail["shape"]))]
+            for detail in interpreter.get_input_details()]
+
+
+def _runnable(content: bytes):
+    """`content` allocated at its placeholder shape, or, for dynamic inputs that do not
+    prepare there, at the first trial size that does; and the input shapes used."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        return _interpreter(content), None
+    except (ValueError, RuntimeError) as first:
+        probe = Interpreter(model_content=content)
+        if not any(int(d) < 0 for detail in probe.get_input_details()
+                   for d in detail.get("shape_signature", ())):
+            raise
+        for size in _TRIAL_SIZES:
+            shapes = _trial_shapes(probe, size)
+            try:
+                return _interpreter(content, shapes), shapes
+            except (ValueError, RuntimeError):
+                continue
+        raise first
 
 
 def _sample(detail: dict, rng: np.random.Generator) -> np.ndarray:
@@ -502,12 +537,12 @@ def _verify(original: bytes, prepared: bytes, exact: bool = True) -> str:
     """Run both models on one seeded random input; the outputs must agree (to fp32 rounding,
     or when not `exact` to _HYBRID_SQNR_DB). Returns the note saying how it was checked."""
     try:
-        after = _interpreter(prepared)
+        after, shapes = _runnable(prepared)
     except (ValueError, RuntimeError) as exc:
         raise ConversionError(f"the float graph edgeopt made of the .tflite does not load in "
                               f"LiteRT: {first_line(exc)}") from exc
     try:
-        before = _interpreter(original)
+        before = _interpreter(original, shapes)
     except (ValueError, RuntimeError):
         before = None  # a custom op without a kernel here: only the shapes can be compared
     rng = np.random.default_rng(0)
