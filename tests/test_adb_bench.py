@@ -257,6 +257,22 @@ def test_a_hung_benchmark_times_out_and_is_killed(bench, phone, tiny_float_tflit
     assert _device_files(phone) == ["benchmark_model"]
 
 
+def test_a_hung_benchmark_that_announces_itself_late_is_still_killed(bench, phone,
+                                                                     tiny_float_tflite):
+    """On a loaded device the run's `@pid` line may come after the timeout (the stall
+    seen in CI): the harness still learns the pid and kills the run."""
+    (phone.sandbox.root / "data/local/tmp/.benchmark_mode").write_text("hang")
+
+    def slow_start(command: str) -> None:
+        if "@pid" in command and "--graph=" in command:
+            time.sleep(2.5)  # the shell runs, but its output reaches the host late
+
+    phone.on_command = slow_start
+    result = bench(tiny_float_tflite, "--adb", phone.serial, *QUICK, "--timeout", 2)
+    assert_user_error(result, "did not finish within 2 s")
+    assert phone.alive_processes() == [] and _adb_children() == []
+
+
 def test_a_device_that_disconnects_mid_run(bench, phone, odd_model, tiny_float_tflite):
     (phone.sandbox.root / "data/local/tmp/.benchmark_mode").write_text("disconnect")
     started = phone.sandbox.root / "data/local/tmp/.benchmark_started"

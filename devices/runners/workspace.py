@@ -28,6 +28,7 @@ from edgeopt.devices.runners.processes import kill_group
 from edgeopt.errors import DeviceError
 
 CLEANUP_TIMEOUT_S = 5.0
+PID_GRACE_S = 3.0  # how long a timed-out script may take to announce its pid
 
 
 class BenchmarkRunError(DeviceError):
@@ -137,6 +138,14 @@ def _collect(stream, sink: Lines, pids: list[tuple[float, int]]) -> None:
             kept -= len(sink.popleft()[1])
 
 
+def _await_pid(proc: subprocess.Popen, pids: list[tuple[float, int]]) -> None:
+    """On a loaded host or device the script may not have announced its pid by the
+    timeout; without it the cleanup cannot kill the run, so give it a short grace."""
+    deadline = time.monotonic() + PID_GRACE_S
+    while not pids and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def run_script(space: Workspace, script: str, timeout: float, what: str) -> ScriptRun:
     """Run a device script that announces `@pid`; on timeout kill it on both ends (the
     device side at cleanup)."""
@@ -151,7 +160,10 @@ def run_script(space: Workspace, script: str, timeout: float, what: str) -> Scri
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _await_pid(proc, pids)
         kill_group(proc)
+        for reader in readers:  # the `@pid` line may still sit unread in the pipe
+            reader.join(timeout=5)
         space.live_pids.extend(pid for _, pid in pids)
         raise BenchmarkRunError(
             f"{space.client.who()}: {what} did not finish within {timeout:g} s; stopped it",
