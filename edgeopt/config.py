@@ -67,6 +67,7 @@ class BuildConfig:
     accuracy_budget: float | None = None
     require_full_delegation: bool = False
     require_full_integer: bool = False  # fail when a w8a8/w4a8 artifact keeps a float op
+    rewrite: bool = True  # apply the graph rewrites the placement's fallbacks ask for
     prune: float | None = None  # share of MACs removed by structured pruning before quantizing
     prune_criterion: str = "l1"
     prune_recipe: str | None = None

@@ -434,6 +434,50 @@ class Compression:
 
 
 @dataclass(frozen=True)
+class Delegation:
+    """How much of the model the device's delegate runs."""
+
+    delegated_ops: int = field(metadata=NON_NEGATIVE)
+    ops: int = field(metadata=NON_NEGATIVE)
+    share: float = field(metadata={"minimum": 0, "maximum": 1})
+    partitions: int = field(metadata=NON_NEGATIVE)
+
+
+@dataclass(frozen=True)
+class RewriteApplied:
+    """One graph rewrite, checked alone on the float graph in LiteRT."""
+
+    name: str
+    changed: int = field(metadata={"description": "ops (or tensors) it rewrote",
+                                   "minimum": 1})
+    message: str
+    float_max_rel_error: float = field(metadata={
+        "description": "largest |difference| over the largest |output|, float graph before "
+                       "and after, on held-out samples"})
+    kept: bool = field(metadata={"description": "within the float tolerance (used)"})
+
+
+@dataclass(frozen=True)
+class RewriteAccuracy:
+    before_worst_sqnr_db: float | None
+    after_worst_sqnr_db: float | None
+
+
+@dataclass(frozen=True)
+class Rewrites:
+    """The rewrite step: the rewrites the placement's fallbacks asked for, the delegation
+    before and after, and whether the rewritten artifact was kept (and why)."""
+
+    tried: list[str]
+    kept: bool
+    reason: str
+    before: Delegation
+    after: Delegation | None
+    applied: list[RewriteApplied]
+    accuracy: RewriteAccuracy | None = None
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What app code reads from an edgeopt bundle's manifest.json. Fields may be added in
     later versions of schema 1; none listed here is removed or changes meaning."""
@@ -466,6 +510,8 @@ class Manifest:
         minItems=2, description="--device all or a comma list: the built artifact estimated "
         "on each device named, the build target first (primary)")
     compression: Compression | None = None
+    rewrites: Rewrites | None = _opt(description="graph rewrites for the delegate (edgeopt "
+                                     "build --rewrite, the default)")
 
 
 # `for` is a Python keyword: the JSON key is `for`, the field `for_`.

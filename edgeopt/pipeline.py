@@ -12,7 +12,7 @@ import hashlib
 import platform
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,6 +48,7 @@ from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_keras, load_model, with_input_shapes
 from edgeopt.quantize import quantize_onnx, quantize_tflite
 from edgeopt.report import render_report
+from edgeopt.rewrite_step import improve
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
 from edgeopt.snippets import usage_snippets
 from edgeopt.tflite_metadata import (
@@ -77,6 +78,11 @@ class Artifact:
     conversion: dict
     quant: object | None = None  # the calibration core's QuantResult, when it made the model
     scheme: str | None = None  # what the artifact is, when not the scheme asked for
+    float_model: bytes | None = field(default=None, repr=False)  # the graph it was made from
+    # the same build from another float graph (the rewrite step's re-quantization), and
+    # a runner for a .tflite of the artifact's layout
+    remake: Callable[[bytes], Artifact] | None = field(default=None, repr=False)
+    runner_for: Callable[[bytes], object] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -138,15 +144,21 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
     if config.method == "converter":
         content, method = _converter_tflite(conv, scheme, profile, arrays)
         return Artifact(content, "tflite", method, runner_for(content), conversion)
-    if scheme == "float":
-        return Artifact(conv.tflite, "tflite", "none", runner_for(conv.tflite), conversion)
     # The held-out samples, as `edgeopt quantize` passes them: the core validates (and
     # searches a budget) on samples it did not calibrate on or choose its ranges with.
     held = permuted(evaluation.arrays, conv.input_perms)
-    result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
-                             held, evaluation.labels, progress)
-    return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
-                    result)
+
+    def remake(content: bytes) -> Artifact:
+        if scheme == "float":
+            return Artifact(content, "tflite", "none", runner_for(content), conversion,
+                            float_model=content, remake=remake, runner_for=runner_for)
+        result = quantize_tflite(content, arrays, quant_config(config, scheme, profile, "tflite"),
+                                 held, evaluation.labels, progress)
+        return Artifact(result.model, "tflite", result.method, runner_for(result.model),
+                        conversion, result, float_model=content, remake=remake,
+                        runner_for=runner_for)
+
+    return remake(conv.tflite)
 
 
 def _as_given(tflite: bytes, scheme: str, given: str, runner, conversion: dict) -> Artifact:
@@ -247,6 +259,26 @@ def place_artifact(artifact: Artifact, profile: DeviceProfile, require_full: boo
     if require_full:
         placement.require_full_delegation()
     return placement
+
+
+def _rewrite_step(artifact: Artifact, config: BuildConfig, profile: DeviceProfile,
+                  reference: list, evaluation: Dataset, handle: ModelHandle, progress):
+    """The rewrite step (edgeopt.rewrite_step), on the held-out samples the build validates
+    on; None when it is off or there is nothing to rewrite."""
+    if not config.rewrite or artifact.remake is None or artifact.runner_for is None:
+        return None
+    names = [o.name for o in handle.outputs]
+    count = min(config.parity_samples, evaluation.count)
+    probe = evaluation.take(np.arange(count)).arrays
+
+    def float_outputs(content: bytes) -> list:
+        return run_dataset(artifact.runner_for(content), probe)
+
+    def validate(candidate: Artifact) -> Validation:
+        return compare(reference, run_dataset(candidate.runner, evaluation.arrays),
+                       evaluation.labels, names, config.task_spec())
+
+    return improve(artifact, profile, float_outputs, validate, config.accuracy_budget, progress)
 
 
 def _artifact_specs(artifact: Artifact, workdir: Path) -> ModelHandle:
@@ -562,6 +594,10 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         else:
             artifact = _onnx_artifact(source, config, config.scheme, profile, calib, evaluation,
                                       progress)
+        rewrite = _rewrite_step(artifact, config, profile, reference, evaluation, handle,
+                                progress)
+        if rewrite is not None:
+            artifact = rewrite.artifact
         if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
             artifact = with_build_metadata(artifact, config, handle, profile,
                                            _preprocessing(calib, artifact.conversion))
@@ -584,6 +620,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                          evaluation, placement)
     _estimate_record(manifest, estimate)
     _float_ops_record(manifest, islands, config.scheme, profile)
+    if rewrite is not None:
+        manifest["rewrites"] = rewrite.record
     scheme_note = int4_cpu_note(config.scheme, profile.kind)
     if scheme_note:
         manifest["notes"].insert(0, scheme_note)

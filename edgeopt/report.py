@@ -268,6 +268,34 @@ def _float_ops(m: dict) -> str:
                     + _table(rows, ("op", "node", "reason")), "warn")
 
 
+def _rewrites(m: dict) -> str:
+    """The rewrite step: delegation before and after, each rewrite with its numeric cost."""
+    record = m.get("rewrites")
+    if not record:
+        return ""
+
+    def share(d: dict | None) -> str:
+        if d is None:
+            return "not built"
+        return (f"{d['delegated_ops']}/{d['ops']} ops ({d['share']:.0%}) on the delegate, "
+                f"{d['partitions']} partition(s)")
+
+    rows = [(_e(a["name"]), str(a["changed"]), _e(significant(a["float_max_rel_error"], 2)),
+             "yes" if a["kept"] else "no (changes the values)", _e(a["message"]))
+            for a in record["applied"]]
+    accuracy = record.get("accuracy") or {}
+    sqnr = ""
+    if accuracy:
+        sqnr = (f"<p>Worst output SQNR on the held-out samples: "
+                f"{_e(_num(accuracy.get('before_worst_sqnr_db')))} dB before, "
+                f"{_e(_num(accuracy.get('after_worst_sqnr_db')))} dB after.</p>")
+    body = (f"<p><b>{'Kept' if record['kept'] else 'Not kept'}</b>: {_e(record['reason'])}.</p>"
+            + _table([("before", _e(share(record["before"]))),
+                      ("after", _e(share(record["after"])))]) + sqnr
+            + _table(rows, ("rewrite", "changed", "float max rel. error", "used", "what it does")))
+    return _section("rewrites", "Rewrites for the delegate", body)
+
+
 def _estimate(m: dict, detail: dict | None) -> str:
     title = "Latency and energy estimate"
     if detail is None:
@@ -310,6 +338,7 @@ def _compression(m: dict) -> str:
 
 _NAV = (("summary", "Summary"), ("comparison", "Devices"), ("compression", "Compression"),
         ("float-ops", "Float ops"), ("layers", "Layers"), ("placement", "Placement"),
+        ("rewrites", "Rewrites"),
         ("latency", "Latency"),
         ("validation", "Validation"), ("data", "Data"))
 
@@ -320,7 +349,7 @@ def render_report(manifest: dict, details: dict | None = None) -> str:
     # What a reader comes for first (the figures and the charts), then the records.
     sections = [_notes(m), _summary(m), _comparison(m), _compression(m),
                 _float_ops(m), _layers(m, details.get("layer_chart")),
-                _placement(m, details.get("placement")),
+                _placement(m, details.get("placement")), _rewrites(m),
                 _estimate(m, details.get("estimate")), _validation(m), _conversion(m), _io(m),
                 _data(m), _toolchain(m)]
     body = "".join(sections)

@@ -115,6 +115,18 @@ def _float_ops_rows(m: dict) -> list[tuple[str, str]]:
                           "listed with reasons in manifest quantization.float_ops")]
 
 
+def _rewrite_rows(m: dict) -> list[tuple[str, str]]:
+    record = m.get("rewrites")
+    if not record:
+        return []
+    before, after = record["before"], record["after"]
+    moved = (f"{before['share']:.0%} -> {after['share']:.0%} of ops on the delegate"
+             if after else "not built")
+    verdict = "kept" if record["kept"] else "not kept"
+    return [("rewrites", f"{', '.join(record['tried'])}: {verdict} ({moved}; "
+                         f"{record['reason']})")]
+
+
 def build_summary(result, colour: bool = False) -> str:
     """The key/value table (and the device comparison) for a finished build."""
     m = result.manifest
@@ -132,6 +144,7 @@ def build_summary(result, colour: bool = False) -> str:
         *output_rows(m["validation"]),
         *_float_ops_rows(m),
         ("placement", placement_text(m)),
+        *_rewrite_rows(m),
         ("estimate", _estimate_row(m)),
     ]
     width = max(len(k) for k, _ in rows)

@@ -25,8 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.errors import ConversionError, ModelLoadError, first_line
+from edgeopt.errors import ConversionError, first_line
 from edgeopt.graph import Graph
+from edgeopt.tflite_edit import constant as _constant
+from edgeopt.tflite_edit import opcode_index as _opcode_index
+from edgeopt.tflite_edit import opcode_name as _opcode_name
+from edgeopt.tflite_edit import pack as _pack
+from edgeopt.tflite_edit import schema as _schema
+from edgeopt.tflite_edit import set_constant as _set_constant
+from edgeopt.tflite_edit import text as _text
+from edgeopt.tflite_edit import type_name as _type_name
+from edgeopt.tflite_edit import unpack as _unpack
 
 _TRANSPOSE_CONV_BIAS = "Convolution2DTransposeBias"
 # TfLitePadding (the C enum MediaPipe's custom options hold) -> schema Padding names.
@@ -79,85 +88,7 @@ def prepare_tflite(content: bytes) -> PreparedTFLite:
 
 # --------------------------------------------------------------------------- flatbuffer
 
-def _schema():
-    from ai_edge_litert import schema_py_generated as schema
-
-    return schema
-
-
-def _unpack(content: bytes) -> Any:
-    schema = _schema()
-    try:
-        model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(content, 0))
-    except Exception as exc:  # no verifier in Python: any decoding error means corrupt
-        raise ModelLoadError(f"corrupt TFLite flatbuffer ({first_line(exc)})") from exc
-    if any(b is not None and b.offset > 1 for b in model.buffers or []):
-        return None
-    return model
-
-
-def _pack(model: Any) -> bytes:
-    import flatbuffers
-
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
-
-
-def _opcode_name(model: Any, op: Any) -> tuple[str, str]:
-    """(builtin name, custom code) of an operator."""
-    code = model.operatorCodes[op.opcodeIndex]
-    builtin = max(int(code.deprecatedBuiltinCode), int(code.builtinCode))
-    names = {v: k for k, v in vars(_schema().BuiltinOperator).items() if isinstance(v, int)}
-    custom = code.customCode.decode("utf-8", "replace") if code.customCode else ""
-    return names.get(builtin, ""), custom
-
-
-def _opcode_index(model: Any, name: str, version: int) -> int:
-    schema = _schema()
-    builtin = getattr(schema.BuiltinOperator, name)
-    for index, code in enumerate(model.operatorCodes):
-        if max(int(code.deprecatedBuiltinCode), int(code.builtinCode)) == builtin \
-                and code.version == version:
-            return index
-    code = schema.OperatorCodeT()
-    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), version
-    model.operatorCodes.append(code)
-    return len(model.operatorCodes) - 1
-
-
 # --------------------------------------------------------------------------- constants
-
-_NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT8": np.int8, "UINT8": np.uint8,
-          "INT16": np.int16, "INT32": np.int32, "INT64": np.int64}
-
-
-def _type_name(code: int) -> str:
-    return {v: k for k, v in vars(_schema().TensorType).items() if isinstance(v, int)}.get(code, "")
-
-
-def _constant(model: Any, tensor: Any) -> np.ndarray | None:
-    """The tensor's stored values in its own dtype (flat when sparse), None if not constant."""
-    if tensor.buffer <= 0 or tensor.isVariable:
-        return None
-    buffer = model.buffers[tensor.buffer]
-    dtype = _NUMPY.get(_type_name(tensor.type))
-    if buffer is None or buffer.data is None or len(buffer.data) == 0 or dtype is None:
-        return None
-    raw = np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), dtype)
-    if tensor.sparsity is not None:
-        return raw
-    shape = [int(d) for d in tensor.shape] if tensor.shape is not None else []
-    return raw.reshape(shape) if raw.size == int(np.prod(shape)) else None
-
-
-def _set_constant(model: Any, tensor: Any, values: np.ndarray) -> None:
-    """Give `tensor` its own new buffer holding `values` (in the tensor's type)."""
-    buffer = _schema().BufferT()
-    buffer.data = np.frombuffer(np.ascontiguousarray(values).tobytes(), np.uint8)
-    model.buffers.append(buffer)
-    tensor.buffer = len(model.buffers) - 1
-
 
 def _dequantized(tensor: Any, values: np.ndarray) -> np.ndarray | None:
     """DEQUANTIZE of a constant: fp16 widened, int8/uint8/int16 by scale and zero point."""
@@ -402,12 +333,6 @@ def _drop_unused_opcodes(model: Any) -> None:
     model.operatorCodes = [model.operatorCodes[i] for i in used]
     for op in ops:
         op.opcodeIndex = remap[op.opcodeIndex]
-
-
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _unique_names(model: Any, counts: Counter) -> None:

@@ -76,6 +76,9 @@ def _default(name: str):
               help="Fail when any op would fall back to the CPU.")
 @click.option("--require-full-integer", is_flag=True,
               help="Fail when the w8a8/w4a8 artifact keeps any op in float (each is named).")
+@click.option("--rewrite/--no-rewrite", default=_default("rewrite"), show_default=True,
+              help="Rewrite ops the device's delegate lacks into ops it has (kept only when "
+              "delegation rises and accuracy holds).")
 @click.option("--prune", type=float, default=None, help="Before quantizing, remove this "
               "share of the MACs by removing channels (structured pruning), e.g. 0.5.")
 @click.option("--prune-criterion", type=choice(PruneCriterion),

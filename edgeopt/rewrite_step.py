@@ -1,0 +1,146 @@
+"""Close the loop on fallbacks: apply the rewrites a placement asks for, and keep them only
+when they pay.
+
+`improve` reads the ops the device's delegate leaves on the CPU, asks the catalogue
+(edgeopt.rewrites) for the rewrites that answer them, checks each one on the float graph
+in LiteRT (its own numeric cost), re-quantizes the rewritten graph, places it again and
+validates it against the source. The rewritten artifact is kept when the delegate runs a
+larger share of the ops (or the same share in fewer partitions) and the accuracy holds:
+the budget when one is given, else within REWRITE_TOLERANCE_DB of the output SQNR the
+unrewritten build reached. Either way the record says what was tried and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgeopt import rewrites
+from edgeopt.delegates import place_for_device
+from edgeopt.errors import EdgeoptError
+from edgeopt.validate import Validation
+
+# A rewrite whose float graph departs further than this from the original is dropped.
+FLOAT_RTOL = 1e-3
+# Without a budget, the rewritten artifact may lose at most this much worst-output SQNR
+# (a rewrite adds requantization points; a drop beyond rounding noise is not kept).
+REWRITE_TOLERANCE_DB = 1.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What `improve` did: the record for the manifest and report."""
+
+    record: dict[str, Any]
+    artifact: Any
+    validation: Validation
+    placement: Any
+
+
+def delegation(placement) -> dict[str, Any]:
+    ops = len(placement.ops)
+    return {"delegated_ops": placement.delegated_ops, "ops": ops,
+            "share": round(placement.delegated_ops / ops, 4) if ops else 0.0,
+            "partitions": len(placement.partitions)}
+
+
+def improve(artifact, profile, float_outputs: Callable[[bytes], list],
+            validate: Callable[[Any], Validation], budget: float | None,
+            progress: Callable[[str], None]) -> Attempt | None:
+    """The better of the artifact and its rewritten rebuild (None: nothing to rewrite).
+
+    `float_outputs` runs a float graph of the artifact's layout on probe samples,
+    `validate` an artifact against the source on the held-out samples."""
+    if artifact.format != "tflite" or artifact.remake is None or artifact.float_model is None:
+        return None
+    placement = place_for_device(artifact.content, profile)
+    names = rewrites.wanted((op.op, op.rule) for op in placement.fallbacks())
+    if not names:
+        return None
+    before = delegation(placement)
+    validation = validate(artifact)
+    progress(f"rewriting for {profile.delegate}: {', '.join(names)}")
+    checked, costs = _checked_rewrites(artifact.float_model, names, float_outputs)
+    record: dict[str, Any] = {"tried": names, "kept": False, "before": before, "after": None,
+                              "applied": costs}
+    if not checked:
+        record["reason"] = "no rewrite both fits the graph and keeps its values"
+        return Attempt(record, artifact, validation, placement)
+    rewritten, _ = rewrites.apply(artifact.float_model, checked)
+    try:
+        candidate = artifact.remake(rewritten)
+        new_placement = place_for_device(candidate.content, profile)
+        new_validation = validate(candidate)
+    except EdgeoptError as exc:  # the rewritten graph did not quantize or run: keep the old
+        record["reason"] = f"the rewritten model did not build: {exc}"
+        return Attempt(record, artifact, validation, placement)
+    after = delegation(new_placement)
+    record["after"] = after
+    record["accuracy"] = {"before_worst_sqnr_db": _db(validation.worst_sqnr_db),
+                          "after_worst_sqnr_db": _db(new_validation.worst_sqnr_db)}
+    verdict = _verdict(before, after, validation, new_validation, budget)
+    record["reason"] = verdict or "more of the model runs on the delegate"
+    if verdict:
+        return Attempt(record, artifact, validation, placement)
+    record["kept"] = True
+    return Attempt(record, candidate, new_validation, new_placement)
+
+
+def _checked_rewrites(model: bytes, names: list[str], float_outputs) -> tuple[list[str], list]:
+    """The rewrites that apply and keep the float graph's values, each measured alone."""
+    reference = float_outputs(model)
+    kept, costs = [], []
+    for name in names:
+        content, applied = rewrites.apply(model, [name])
+        if not applied:
+            continue
+        error = _relative_error(reference, float_outputs(content))
+        ok = error <= FLOAT_RTOL
+        costs.append({"name": name, "changed": applied[0].count, "message": applied[0].message,
+                      "float_max_rel_error": float(f"{error:.3g}"), "kept": ok})
+        if ok:
+            kept.append(name)
+    return kept, costs
+
+
+def _relative_error(reference: list, outputs: list) -> float:
+    worst = 0.0
+    for a, b in zip(reference, outputs):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if a.shape != b.shape:
+            return float("inf")
+        scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-12)
+        worst = max(worst, float(np.max(np.abs(a - b))) / scale if a.size else 0.0)
+    return worst
+
+
+def _verdict(before: dict, after: dict, old: Validation, new: Validation,
+             budget: float | None) -> str:
+    """'' when the rewritten artifact is better, else why it was not kept."""
+    more = after["share"] > before["share"] or (
+        after["share"] >= before["share"] and after["partitions"] < before["partitions"])
+    if not more:
+        return (f"delegation did not rise ({before['share']:.0%} of ops in "
+                f"{before['partitions']} partition(s) before, {after['share']:.0%} in "
+                f"{after['partitions']} after)")
+    if new.collapsed and not old.collapsed:
+        return "an output collapses in the rewritten model"
+    if budget is not None and old.metric == "top1_accuracy" and new.delta is not None:
+        if -new.delta * 100 > budget + 1e-9:
+            return (f"top-1 drops {-new.delta * 100:.2f} points, over the budget of "
+                    f"{budget:g}")
+        return ""
+    floor = old.worst_sqnr_db - REWRITE_TOLERANCE_DB
+    if budget is not None:
+        floor = min(floor, budget) if old.worst_sqnr_db >= budget else floor
+    if new.worst_sqnr_db < floor:
+        return (f"worst output SQNR {new.worst_sqnr_db:.1f} dB, under "
+                f"{floor:.1f} dB")
+    return ""
+
+
+def _db(value: float) -> float | None:
+    return round(float(value), 2) if np.isfinite(value) else None

@@ -1,0 +1,105 @@
+"""Editing one subgraph of a float `.tflite` (schema object API): new tensors, scalar
+constants and ops, and the replacement of one op by a short chain of others, in place so
+the operator list stays in execution order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from edgeopt.tflite_edit import constant, opcode_index, opcode_name, schema, set_constant, text
+
+FLOAT32 = 0  # TensorType.FLOAT32
+
+
+class Edit:
+    """One subgraph of `model` being rewritten; new tensor names are unique model-wide."""
+
+    def __init__(self, model: Any, subgraph: Any):
+        self.model, self.subgraph = model, subgraph
+        self._names = {text(t.name) for g in model.subgraphs or [] for t in g.tensors or []}
+
+    # ------------------------------------------------------------------ reading
+
+    def op_name(self, op: Any) -> str:
+        return opcode_name(self.model, op)[0]
+
+    def tensor(self, index: int) -> Any:
+        return self.subgraph.tensors[index]
+
+    def is_float(self, index: int) -> bool:
+        return self.tensor(index).type == FLOAT32
+
+    def static_shape(self, index: int) -> list[int] | None:
+        """The tensor's shape when every dimension is fixed, else None."""
+        tensor = self.tensor(index)
+        shape = [int(d) for d in tensor.shape] if tensor.shape is not None else []
+        signature = tensor.shapeSignature
+        if signature is not None and any(int(d) < 0 for d in signature):
+            return None
+        return shape
+
+    def constant(self, index: int) -> np.ndarray | None:
+        return constant(self.model, self.tensor(index))
+
+    # ------------------------------------------------------------------ writing
+
+    def _unique(self, name: str) -> str:
+        candidate, n = name, 1
+        while candidate in self._names:
+            n += 1
+            candidate = f"{name}_{n}"
+        self._names.add(candidate)
+        return candidate
+
+    def float_like(self, index: int, suffix: str) -> int:
+        """A new float32 activation with the shape of tensor `index`."""
+        source = self.tensor(index)
+        tensor = schema().TensorT()
+        tensor.name = self._unique(f"{text(source.name)}/{suffix}").encode()
+        tensor.shape, tensor.type = list(source.shape), FLOAT32
+        if source.shapeSignature is not None:
+            tensor.shapeSignature = list(source.shapeSignature)
+        buffer = schema().BufferT()  # an empty buffer of its own, as the converter writes
+        self.model.buffers.append(buffer)
+        tensor.buffer = len(self.model.buffers) - 1
+        self.subgraph.tensors.append(tensor)
+        return len(self.subgraph.tensors) - 1
+
+    def constant_tensor(self, values: np.ndarray, name: str) -> int:
+        """A new constant holding `values` (float32 scalars have shape [])."""
+        values = np.ascontiguousarray(values)
+        tensor = schema().TensorT()
+        tensor.name = self._unique(name).encode()
+        tensor.shape = [int(d) for d in values.shape]
+        tensor.type = {np.dtype(np.float32): FLOAT32,
+                       np.dtype(np.int32): schema().TensorType.INT32}[values.dtype]
+        set_constant(self.model, tensor, values)
+        self.subgraph.tensors.append(tensor)
+        return len(self.subgraph.tensors) - 1
+
+    def scalar(self, value: float, name: str) -> int:
+        return self.constant_tensor(np.asarray(value, np.float32), name)
+
+    def new_op(self, name: str, inputs: list[int], outputs: list[int],
+               options: tuple[str, Any] | None = None, version: int = 1) -> Any:
+        op = schema().OperatorT()
+        op.opcodeIndex = opcode_index(self.model, name, version)
+        op.inputs, op.outputs = list(inputs), list(outputs)
+        if options is not None:
+            kind, value = options
+            op.builtinOptionsType = getattr(schema().BuiltinOptions, kind)
+            op.builtinOptions = value
+        return op
+
+    def options(self, kind: str, **fields: Any) -> tuple[str, Any]:
+        value = getattr(schema(), f"{kind}T")()
+        for key, item in fields.items():
+            setattr(value, key, item)
+        return kind, value
+
+    def replace(self, position: int, ops: list[Any]) -> None:
+        """Put `ops` (in execution order) where the operator at `position` was."""
+        operators = self.subgraph.operators
+        self.subgraph.operators = [*operators[:position], *ops, *operators[position + 1:]]
