@@ -173,6 +173,34 @@ def float_compute_ops(model: Path) -> list[str] | None:
             and any(np.dtype(t) == np.float32 for t in op.get("result_types", []))]
 
 
+def _rewrites(manifest: dict) -> dict | None:
+    """The build's rewrite step: what it tried and the delegate's share before and after."""
+    record = manifest.get("rewrites")
+    if not record:
+        return None
+    after = record.get("after") or {}
+    return {"tried": record["tried"], "kept": record["kept"], "reason": record["reason"],
+            "before": record["before"], "after": after or None}
+
+
+def rewrites_table(record: dict) -> str:
+    """Per model and device step: ops on the delegate and partitions, before -> after."""
+    lines = ["| model | step | rewrites | ops on delegate before → after | partitions | kept |",
+             "|---|---|---|---|---|---|"]
+    for name, row in sorted(record.get("models", {}).items()):
+        for step in STEPS:
+            rw = (row.get(step) or {}).get("rewrites")
+            if not rw:
+                continue
+            b, a = rw["before"], rw["after"] or {}
+            share = (f"{b['delegated_ops']}/{b['ops']} ({b['share']:.0%}) → "
+                     + (f"{a['delegated_ops']}/{a['ops']} ({a['share']:.0%})" if a else "—"))
+            parts = f"{b['partitions']} → {a.get('partitions', '—')}"
+            lines.append(f"| {name} | {step} | {', '.join(rw['tried'])} | {share} | {parts} | "
+                         f"{'yes' if rw['kept'] else 'no: ' + rw['reason']} |")
+    return "\n".join(lines)
+
+
 def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit: int) -> dict:
     target = Path(command[command.index("-o") + 1]) if "-o" in command else None
     if target is not None:
@@ -188,6 +216,7 @@ def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit
         row["scheme"] = (manifest.get("recipe") or {}).get("scheme")
         row["outputs"] = _per_output(manifest)
         row["float_ops"] = _float_ops(manifest)
+        row["rewrites"] = _rewrites(manifest)
         artifact = _artifact(target, manifest)
         row["runtime"] = runtime_check(artifact, calib) if artifact else "no artifact found"
         if artifact is not None and row["scheme"] == "w8a8":
@@ -292,9 +321,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the named steps again for the named models")
     parser.add_argument("--stop-at", help="UTC HH:MM after which no command starts")
     parser.add_argument("--table", action="store_true", help="print the markdown table")
+    parser.add_argument("--rewrites-table", action="store_true",
+                        help="print the rewrite step's delegation before/after table")
     args = parser.parse_args(argv)
-    if args.table:
-        print(table(json.loads(RESULT.read_text())))
+    if args.table or args.rewrites_table:
+        record = json.loads(RESULT.read_text())
+        print(table(record) if args.table else rewrites_table(record))
         return 0
     entries = [BY_NAME[n] for n in args.only] if args.only else list(ZOO)
     stop = None
