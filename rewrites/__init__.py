@@ -21,6 +21,7 @@ from edgeopt.rewrites import (
     arithmetic,
     hard_swish,
     leaky_relu,
+    mirror_pad,
     relu_0_to_1,
     reshapes,
     static_shapes,
@@ -30,7 +31,7 @@ from edgeopt.tflite_edit import opcode_name, pack, unpack
 
 OP_REWRITES: dict[str, ModuleType] = {
     "hard_swish": hard_swish, "relu_0_to_1": relu_0_to_1, "leaky_relu": leaky_relu,
-    "arithmetic": arithmetic, "reshapes": reshapes,
+    "arithmetic": arithmetic, "reshapes": reshapes, "mirror_pad": mirror_pad,
 }
 CATALOGUE = (*OP_REWRITES, "static_shapes")
 # The fallback reasons an op rewrite answers: the delegate has no kernel for the op.

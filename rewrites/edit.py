@@ -56,13 +56,19 @@ class Edit:
     def float_like(self, index: int, suffix: str) -> int:
         """A new float32 activation with the shape of tensor `index`."""
         source = self.tensor(index)
+        signature = list(source.shapeSignature) if source.shapeSignature is not None else None
+        return self.float_tensor(list(source.shape), f"{text(source.name)}/{suffix}", signature)
+
+    def float_tensor(self, shape: list[int], name: str,
+                     signature: list[int] | None = None) -> int:
+        """A new float32 activation of `shape`, with an empty buffer of its own (as the
+        converter writes them)."""
         tensor = schema().TensorT()
-        tensor.name = self._unique(f"{text(source.name)}/{suffix}").encode()
-        tensor.shape, tensor.type = list(source.shape), FLOAT32
-        if source.shapeSignature is not None:
-            tensor.shapeSignature = list(source.shapeSignature)
-        buffer = schema().BufferT()  # an empty buffer of its own, as the converter writes
-        self.model.buffers.append(buffer)
+        tensor.name = self._unique(name).encode()
+        tensor.shape, tensor.type = [int(d) for d in shape], FLOAT32
+        if signature is not None:
+            tensor.shapeSignature = signature
+        self.model.buffers.append(schema().BufferT())
         tensor.buffer = len(self.model.buffers) - 1
         self.subgraph.tensors.append(tensor)
         return len(self.subgraph.tensors) - 1

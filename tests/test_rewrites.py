@@ -130,6 +130,20 @@ def test_div_by_a_constant_becomes_a_multiplication_and_a_divisor_with_zero_does
     assert rewrites.apply(with_zero, ["arithmetic"]) == (with_zero, [])
 
 
+@pytest.mark.parametrize("mode", ["REFLECT", "SYMMETRIC"])
+def test_mirror_pad_becomes_slices_and_concatenations_with_the_same_values(mode):
+    import tensorflow as tf
+
+    shape = (1, 7, 5, 3)
+    pads = [[0, 0], [2, 1], [1, 3], [0, 0]]
+    original = _tflite(lambda x: tf.pad(tf.nn.relu(x) + x, pads, mode=mode), shape)
+    assert "MIRROR_PAD" in _ops(original)
+    rewritten, applied = rewrites.apply(original, ["mirror_pad"])
+    assert applied and {"SLICE", "CONCATENATION"} <= set(_ops(rewritten))
+    assert "MIRROR_PAD" not in _ops(rewritten)
+    _same_values(original, rewritten, [shape], rtol=0.0)  # copies: exactly the same values
+
+
 def test_a_leaky_relu_with_alpha_over_one_is_left_alone():
     import tensorflow as tf
 
