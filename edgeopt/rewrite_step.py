@@ -81,7 +81,8 @@ def improve(artifact, profile, float_outputs: Callable[[bytes], list],
     record["after"] = after
     record["accuracy"] = {"before_worst_sqnr_db": _db(validation.worst_sqnr_db),
                           "after_worst_sqnr_db": _db(new_validation.worst_sqnr_db)}
-    verdict = _verdict(before, after, validation, new_validation, budget)
+    verdict = _float_verdict(artifact, candidate) or \
+        _verdict(before, after, validation, new_validation, budget)
     record["reason"] = verdict or "more of the model runs on the delegate"
     if verdict:
         return Attempt(record, artifact, validation, placement)
@@ -115,6 +116,20 @@ def _relative_error(reference: list, outputs: list) -> float:
         scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-12)
         worst = max(worst, float(np.max(np.abs(a - b))) / scale if a.size else 0.0)
     return worst
+
+
+def _float_count(artifact) -> int:
+    quant = artifact.quant
+    return len(quant.float_ops or []) if quant is not None else 0
+
+
+def _float_verdict(old, new) -> str:
+    """A rewrite must not cost the full-integer promise: no op newly left in float."""
+    added = _float_count(new) - _float_count(old)
+    if added > 0:
+        return (f"the rewritten model keeps {added} more op(s) in float (the quantizer has no "
+                "int8 rule for an op the rewrite emits)")
+    return ""
 
 
 def _verdict(before: dict, after: dict, old: Validation, new: Validation,

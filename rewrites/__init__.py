@@ -21,6 +21,7 @@ from edgeopt.rewrites import (
     arithmetic,
     hard_swish,
     leaky_relu,
+    minimum,
     mirror_pad,
     relu_0_to_1,
     reshapes,
@@ -32,6 +33,7 @@ from edgeopt.tflite_edit import opcode_name, pack, unpack
 OP_REWRITES: dict[str, ModuleType] = {
     "hard_swish": hard_swish, "relu_0_to_1": relu_0_to_1, "leaky_relu": leaky_relu,
     "arithmetic": arithmetic, "reshapes": reshapes, "mirror_pad": mirror_pad,
+    "minimum": minimum,
 }
 CATALOGUE = (*OP_REWRITES, "static_shapes")
 # The fallback reasons an op rewrite answers: the delegate has no kernel for the op.
@@ -58,8 +60,9 @@ def wanted(fallbacks: Iterable[tuple[str, str | None]]) -> list[str]:
     for op, rule in fallbacks:
         if rule == "static_shapes":
             names.add("static_shapes")
-        elif rule in OP_RULES:
-            names.update(n for n, m in OP_REWRITES.items() if op in m.OPS)
+        else:
+            names.update(n for n, m in OP_REWRITES.items()
+                         if op in m.OPS and rule in getattr(m, "RULES", OP_RULES))
     return [n for n in CATALOGUE if n in names]
 
 

@@ -78,7 +78,9 @@ def _cases():
         "HARD_SWISH": ("hard_swish", lambda x: x * tf.nn.relu6(x + 3.0) / 6.0, [shape],
                        {"ADD", "RELU6", "MUL"}),
         "RELU_0_TO_1": ("relu_0_to_1", lambda x: tf.nn.relu(x) * 2.0, [shape],
-                        {"RELU", "MINIMUM"}),
+                        {"RELU", "SUB"}),
+        "MINIMUM": ("minimum", lambda x: tf.minimum(tf.nn.relu(x), 1.5), [shape],
+                    {"SUB", "RELU"}),
         "LEAKY_RELU": ("leaky_relu", lambda x: tf.nn.leaky_relu(x, 0.2), [shape],
                        {"MUL", "MAXIMUM"}),
         "NEG": ("arithmetic", lambda x: tf.nn.relu(-x), [shape], {"MUL"}),
@@ -92,7 +94,8 @@ def _cases():
     }
 
 
-@pytest.mark.parametrize("op", ["HARD_SWISH", "RELU_0_TO_1", "LEAKY_RELU", "NEG", "SQUARE",
+@pytest.mark.parametrize("op", ["HARD_SWISH", "RELU_0_TO_1", "MINIMUM", "LEAKY_RELU", "NEG",
+                                "SQUARE",
                                 "SQUARED_DIFFERENCE", "EXPAND_DIMS", "SQUEEZE"])
 def test_each_op_rewrite_keeps_the_values(op):
     name, fn, shapes, emitted = _cases()[op]
@@ -179,6 +182,9 @@ def test_static_shapes_fixes_interior_dynamic_dimensions_and_not_a_dynamic_input
 
 def test_wanted_answers_only_missing_kernels_and_static_shapes():
     assert rewrites.wanted([("HARD_SWISH", "after_first_unsupported")]) == []
+    # a MINIMUM the quantizer left in float is answered too (it has no int8 rule there)
+    assert rewrites.wanted([("MINIMUM", "float_op_in_integer_graph")]) == ["minimum"]
+    assert rewrites.wanted([("HARD_SWISH", "float_op_in_integer_graph")]) == []
     assert rewrites.wanted([("LEAKY_RELU", "op_in_table"), ("NEG", "op_in_table"),
                             ("CONV_2D", "static_shapes")]) == \
         ["leaky_relu", "arithmetic", "static_shapes"]
@@ -234,6 +240,24 @@ def test_build_for_the_edge_tpu_applies_the_rewrites_and_no_rewrite_turns_them_o
     assert off.exit_code == 0, off.stderr
     plain = json.loads(off.stdout)
     assert "rewrites" not in plain and plain["placement"]["cpu_ops"] > 0
+
+
+def test_a_minimum_the_quantizer_leaves_in_float_no_longer_fails_an_edge_tpu_build(
+        run_cli, tmp_path):
+    import tensorflow as tf
+
+    content = _tflite(lambda x: tf.minimum(tf.nn.relu(x * 2.0 - 1.0), 1.0), (1, 8, 8, 3))
+    (tmp_path / "clamp.tflite").write_bytes(content)
+    np.savez(tmp_path / "calib.npz", np.random.default_rng(0).random((24, 8, 8, 3), np.float32))
+    off = run_cli("build", tmp_path / "clamp.tflite", "--device", "coral-usb", "--calib",
+                  tmp_path / "calib.npz", "-o", tmp_path / "off", "--no-rewrite")
+    assert off.exit_code == 2 and "MINIMUM" in off.stderr  # the float op the quantizer left
+    on = run_cli("build", tmp_path / "clamp.tflite", "--device", "coral-usb", "--calib",
+                 tmp_path / "calib.npz", "-o", tmp_path / "on", "--json")
+    assert on.exit_code == 0, on.stderr
+    manifest = json.loads(on.stdout)
+    assert manifest["rewrites"]["kept"] and manifest["quantization"]["float_ops"] == []
+    assert "MINIMUM" not in _ops((tmp_path / "on" / "clamp.tflite").read_bytes())
 
 
 @pytest.mark.slow
