@@ -9,12 +9,14 @@ units' invoke overhead; the device's idle power runs for the whole latency.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from edgeopt.devices.assignment import UnitAssignment
-from edgeopt.devices.opcost import op_costs
+from edgeopt.devices.opcost import OpCost, op_costs
 from edgeopt.devices.params import ParamResidency, param_residency
 from edgeopt.devices.profile import DeviceProfile
 from edgeopt.devices.result import Estimate, OpEstimate
-from edgeopt.devices.roofline import on_int4_cpu_path, time_op
+from edgeopt.devices.roofline import on_int4_cpu_path, time_op, unit_dtype
 from edgeopt.devices.transfers import cost_crossings
 from edgeopt.graph import Graph
 
@@ -28,7 +30,9 @@ def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssi
     """The estimate for a resolved per-op assignment of units."""
     hw = profile.tables()
     residency = param_residency(graph, assignment.units, hw)
-    costs = op_costs(graph)
+    fp16 = fp16_ops(assignment)
+    costs = [in_unit_precision(c, hw.unit(assignment.units[c.index]), c.index in fp16)
+             for c in op_costs(graph)]
     unit_params = _unit_param_bytes(costs, assignment)
     rows = tuple(_op_row(cost, assignment, residency, hw, unit_params) for cost in costs)
     transfers = tuple(cost_crossings(graph, assignment.units, hw))
@@ -49,6 +53,24 @@ def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssi
         compiler=compiler, notes=_notes(graph, assignment, compiler) + int4_cpu_notes(
             costs, assignment, hw), basis=profile.basis,
         interval_s=profile.fit.interval(latency) if profile.fit else None)
+
+
+def fp16_ops(assignment: UnitAssignment) -> set[int]:
+    """Ops the placement says run in fp16 (a float model on QNN HTP, ...)."""
+    ops = getattr(assignment.placement, "ops", ()) or ()
+    return {op.index for op in ops if getattr(op, "precision", "") == "float16"}
+
+
+def in_unit_precision(cost: OpCost, unit, fp16: bool) -> OpCost:
+    """A float32 op as the unit runs it: in fp16, with fp16 tensors, when the placement
+    says so or the unit computes float only in fp16 (an NPU's float path): its arithmetic
+    at the fp16 rate, and half the bytes."""
+    if cost.dtype != "float32" or not (fp16 or unit_dtype(unit, "float32") == "float16"):
+        return cost
+    weights = cost.weight_bytes // 2 if cost.weight_dtype in ("", "float32") else \
+        cost.weight_bytes
+    return replace(cost, dtype="float16", activation_bytes=cost.activation_bytes // 2,
+                   weight_bytes=weights)
 
 
 def int4_cpu_notes(costs, assignment: UnitAssignment, hw) -> tuple[str, ...]:

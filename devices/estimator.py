@@ -14,8 +14,11 @@ costing.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from edgeopt.delegates.onnx_cost_view import cost_view
+from edgeopt.delegates.onnx_placement import place_onnx_for_device
 from edgeopt.devices.assignment import PlacementInput, UnitAssignment, assign_units
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.edgetpu import edgetpu_assignment, simulate
@@ -36,10 +39,26 @@ def estimate(graph: Graph, profile: DeviceProfile, placement: PlacementInput = N
     """
     if profile.hardware is None:
         raise DeviceError(f"device profile {profile.name} has no hardware tables to estimate from")
+    if graph.format == "onnx":
+        return estimate_onnx(graph, profile, placement)
     if profile.delegate == "edgetpu":
         return simulate(graph, profile, placement, model)
     assignment = assign_units(graph, profile, placement, model)
     return estimate_assigned(graph, profile, assignment, _compiler_figures(assignment))
+
+
+def estimate_onnx(graph: Graph, profile: DeviceProfile, placement: PlacementInput = None
+                  ) -> Estimate:
+    """One inference of an ONNX ``graph`` on ``profile``: its nodes placed on onnxruntime's
+    execution provider for the profile (`place_onnx_for_device` when ``placement`` is None),
+    costed as the kernels onnxruntime runs (`cost_view`) by the same device model as .tflite.
+    """
+    if placement is None:
+        placement = place_onnx_for_device(graph, profile)
+    kernels = cost_view(graph)
+    result = estimate_assigned(kernels, profile, assign_units(kernels, profile, placement))
+    names = {op.index: op.op for op in graph.ops}  # rows name the ONNX nodes, not builtins
+    return replace(result, ops=tuple(replace(row, op=names[row.index]) for row in result.ops))
 
 
 def _compiler_figures(assignment: UnitAssignment) -> dict | None:

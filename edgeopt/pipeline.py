@@ -32,6 +32,7 @@ from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
+from edgeopt.delegates.onnx_placement import place_onnx_for_device
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
@@ -57,6 +58,7 @@ from edgeopt.tflite_metadata import (
     with_packed_files,
 )
 from edgeopt.tflite_prepare import given_scheme
+from edgeopt.onnx_reader import read_onnx
 from edgeopt.tflite_reader import read_tflite
 from edgeopt.validate import Validation, check_collapsed, compare
 
@@ -238,12 +240,16 @@ ONNX_PLACEMENT_NOTE = ("delegate rules read .tflite graphs; an .onnx artifact ru
 
 
 def place_artifact(artifact: Artifact, profile: DeviceProfile, require_full: bool):
-    """Per-op placement of the artifact on the device's delegate (Vela for Ethos-U)."""
-    if artifact.format != "tflite":
+    """Per-op placement of the artifact on the device's delegate (Vela for Ethos-U); an .onnx
+    artifact on the onnxruntime execution provider that serves the device."""
+    if artifact.format == "onnx":
+        placement = place_onnx_for_device(artifact.content, profile)
+    elif artifact.format != "tflite":
         if require_full:
-            raise ConfigError("--require-full-delegation needs a .tflite artifact")
+            raise ConfigError("--require-full-delegation needs a .tflite or .onnx artifact")
         return None
-    placement = place_for_device(artifact.content, profile)
+    else:
+        placement = place_for_device(artifact.content, profile)
     if require_full:
         placement.require_full_delegation()
     return placement
@@ -459,7 +465,9 @@ def _report_details(placement, estimate, quant) -> dict:
 
 
 def estimate_artifact(artifact: Artifact, profile: DeviceProfile, placement):
-    """Latency and energy of one inference from the device profile (None for .onnx)."""
+    """Latency and energy of one inference from the device profile (.tflite and .onnx)."""
+    if artifact.format == "onnx":
+        return estimate(read_onnx(artifact.content), profile, placement)
     if artifact.format != "tflite":
         return None
     return estimate(read_tflite(artifact.content), profile, placement, artifact.content)
