@@ -118,7 +118,8 @@ def _resolve_input(index: _Index, t: int, folded: set[int]) -> int:
     """The tensor a kernel really reads: through folded DQ / fused / removed nodes."""
     for _ in range(16):
         producer = index.producer(t) if t >= 0 else None
-        if producer is None or producer.index not in folded or not producer.inputs:
+        if producer is None or producer.index not in folded or not producer.inputs or \
+                producer.op == "QuantizeLinear":  # its output is the quantized tensor
             return t
         t = producer.inputs[0]
     return t

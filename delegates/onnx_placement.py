@@ -142,7 +142,8 @@ def _short_reason(verdict: Verdict, op: Op, ep: ExecutionProvider) -> str:
         "op_in_ep_table": f"{verdict.detail} is not in {ep.title}'s op table",
         "fixed_input_shapes": "input shape is not fixed (the EP needs static shapes)",
         "input_rank": f"input above {ep.max_rank}-D",
-        "data_dtypes": f"{verdict.detail.split()[0] if verdict.detail else ''} tensors",
+        "data_dtypes": f"{verdict.detail.split()[0] if verdict.detail else ''} tensors, "
+                       f"which the accelerator does not compute",
         "outside_qdq_group": "QDQ group, fused on the CPU EP",
         "in_main_graph": "inside a control-flow body",
         "partition_dropped": "not in a partition the EP keeps",
@@ -151,7 +152,8 @@ def _short_reason(verdict: Verdict, op: Op, ep: ExecutionProvider) -> str:
 
 
 def _ep_notes(graph: Graph, ep: ExecutionProvider, placement: Placement) -> tuple[str, ...]:
-    notes = [f"{ep.title} ({ep.provider}); op support: {ep.source}"]
+    notes = [f"placed on {ep.title} ({ep.provider}) by its op table: "
+             f"{ep.source.split(';')[0]}"]
     if ep.unit not in ("xnnpack",):
         notes.append(usability_verdict(placement, ep))
     caveats = sorted({f"{op.op}: {ep.caveat(o.custom_code, o.op)}"

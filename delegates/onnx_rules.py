@@ -47,6 +47,30 @@ class NodeView:
         index = self.index.producers.get(tensor)
         return None if index is None else self.index.graph.ops[index]
 
+    def consumers(self, tensor: int) -> list[Op]:
+        graph = self.index.graph
+        return [graph.ops[i] for i in self.index.consumers.get(tensor, ())]
+
+    def quantized_dtype(self, tensor: int) -> str:
+        """The type a tensor has inside a QDQ group: a float tensor a DequantizeLinear
+        makes, or that only QuantizeLinear nodes read, is the quantized one to the EP."""
+        graph = self.index.graph
+        producer = self.producer(tensor)
+        if producer is not None and producer.op == "DequantizeLinear":
+            return graph.tensors[producer.inputs[0]].dtype
+        users = self.consumers(tensor)
+        if users and all(u.op == "QuantizeLinear" for u in users):
+            return graph.tensors[users[0].outputs[0]].dtype
+        return graph.tensors[tensor].dtype
+
+    @property
+    def data_dtypes(self) -> tuple[tuple[str, str], ...]:
+        """(name, type as the EP computes it) of the run-time inputs and the outputs."""
+        graph = self.index.graph
+        live = [i for i in self.op.inputs if i >= 0 and not graph.tensors[i].is_constant]
+        return tuple((graph.tensors[i].name, self.quantized_dtype(i))
+                     for i in live + [o for o in self.op.outputs if o >= 0])
+
 
 def op_in_ep_table(v: NodeView) -> tuple[bool, str]:
     """The op type is in the execution provider's op table (onnxruntime's supported ops)"""
@@ -78,9 +102,10 @@ def input_rank(v: NodeView) -> tuple[bool, str]:
 
 
 def data_dtypes(v: NodeView) -> tuple[bool, str]:
-    """Run-time tensors are of an element type the execution provider computes in"""
-    bad = [t for t in v.data_tensors if t.dtype not in v.ep.dtypes]
-    return not bad, (f"{bad[0].dtype} tensor '{bad[0].name}'" if bad else "")
+    """Run-time tensors are of an element type the execution provider computes in (inside a
+    QDQ group, the quantized type)"""
+    bad = [(name, dtype) for name, dtype in v.data_dtypes if dtype not in v.ep.dtypes]
+    return not bad, (f"{bad[0][1]} tensor '{bad[0][0]}'" if bad else "")
 
 
 def outside_qdq_group(v: NodeView) -> tuple[bool, str]:
@@ -96,7 +121,7 @@ def outside_qdq_group(v: NodeView) -> tuple[bool, str]:
 
 
 RULES = tuple(Rule(fn.__name__, fn) for fn in (  # type: ignore[arg-type]
-    in_main_graph, op_in_ep_table, outside_qdq_group, fixed_input_shapes, input_rank,
+    in_main_graph, outside_qdq_group, op_in_ep_table, fixed_input_shapes, input_rank,
     data_dtypes))
 
 

@@ -64,8 +64,8 @@ from edgeopt.validate import Validation, check_collapsed, compare
 
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
              "onnxruntime", "onnx2tf", "numpy")
-ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite graphs; build with --format tflite for "
-                      "a latency and energy estimate")
+ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite and .onnx graphs; build with --format "
+                      "tflite for a latency and energy estimate")
 
 Progress = Callable[[str], None]
 
@@ -235,8 +235,8 @@ def _converter_onnx(handle, scheme: str, calib: Dataset) -> tuple[bytes, str]:
         return out.read_bytes(), method
 
 
-ONNX_PLACEMENT_NOTE = ("delegate rules read .tflite graphs; an .onnx artifact runs on "
-                       "onnxruntime's execution providers, which edgeopt does not model yet")
+ONNX_PLACEMENT_NOTE = ("placement covers .tflite artifacts (delegate rules) and .onnx "
+                       "artifacts (onnxruntime's execution providers) only")
 
 
 def place_artifact(artifact: Artifact, profile: DeviceProfile, require_full: bool):
