@@ -47,6 +47,7 @@ from edgeopt.float_islands import (
 from edgeopt.images import NCHW_TO_NHWC
 from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_keras, load_model, with_input_shapes
+from edgeopt.onnx_reader import read_onnx
 from edgeopt.quantize import quantize_onnx, quantize_tflite
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
@@ -58,7 +59,6 @@ from edgeopt.tflite_metadata import (
     with_packed_files,
 )
 from edgeopt.tflite_prepare import given_scheme
-from edgeopt.onnx_reader import read_onnx
 from edgeopt.tflite_reader import read_tflite
 from edgeopt.validate import Validation, check_collapsed, compare
 
