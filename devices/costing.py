@@ -20,6 +20,10 @@ from edgeopt.devices.roofline import on_int4_cpu_path, time_op, unit_dtype
 from edgeopt.devices.transfers import cost_crossings
 from edgeopt.graph import Graph
 
+# Cost fp16 ops with half the float32 bytes (fp16 tensors)? Measured on the snapdragon-npu
+# fp16 rows (benchmarks/fp16_npu.py, BENCHMARKS.md "fp16 on the NPU"): held-out median
+# |error| of the kept fit 10% with float32 bytes, 16% with half, so the bytes stay float32.
+HALVE_FP16_BYTES = False
 # What benchmarks/int4_cpu.py measured on this project's host (BENCHMARKS.md).
 INT4_CPU_MEASURED = ("a w4a8 MobileNetV2-0.35 measured 1.9x the int8 model's latency on "
                      "this project's host, benchmarks/int4_cpu.py")
@@ -62,11 +66,13 @@ def fp16_ops(assignment: UnitAssignment) -> set[int]:
 
 
 def in_unit_precision(cost: OpCost, unit, fp16: bool) -> OpCost:
-    """A float32 op as the unit runs it: in fp16, with fp16 tensors, when the placement
-    says so or the unit computes float only in fp16 (an NPU's float path): its arithmetic
-    at the fp16 rate, and half the bytes."""
+    """A float32 op as the unit runs it: in fp16 when the placement says so or the unit
+    computes float only in fp16 (an NPU's float path), its arithmetic at the fp16 rate.
+    Its tensors keep their float32 size unless `HALVE_FP16_BYTES` (see there)."""
     if cost.dtype != "float32" or not (fp16 or unit_dtype(unit, "float32") == "float16"):
         return cost
+    if not HALVE_FP16_BYTES:
+        return replace(cost, dtype="float16")
     weights = cost.weight_bytes // 2 if cost.weight_dtype in ("", "float32") else \
         cost.weight_bytes
     return replace(cost, dtype="float16", activation_bytes=cost.activation_bytes // 2,
