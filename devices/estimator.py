@@ -22,6 +22,7 @@ from edgeopt.delegates.onnx_placement import place_onnx_for_device
 from edgeopt.devices.assignment import PlacementInput, UnitAssignment, assign_units
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.edgetpu import edgetpu_assignment, simulate
+from edgeopt.devices.fitted import PRIOR_BASIS
 from edgeopt.devices.profile import DeviceProfile
 from edgeopt.devices.result import Estimate
 from edgeopt.errors import DeviceError
@@ -58,7 +59,18 @@ def estimate_onnx(graph: Graph, profile: DeviceProfile, placement: PlacementInpu
     kernels = cost_view(graph)
     result = estimate_assigned(kernels, profile, assign_units(kernels, profile, placement))
     names = {op.index: op.op for op in graph.ops}  # rows name the ONNX nodes, not builtins
-    return replace(result, ops=tuple(replace(row, op=names[row.index]) for row in result.ops))
+    result = replace(result, ops=tuple(replace(row, op=names[row.index]) for row in result.ops))
+    return _cpu_only_basis(result, profile)
+
+
+def _cpu_only_basis(result: Estimate, profile: DeviceProfile) -> Estimate:
+    """A fit of an accelerator's rows says nothing about a model left on the CPU EP."""
+    cpu = profile.tables().cpu_unit().name
+    if profile.kind == "cpu" or profile.fit is None or any(r.unit != cpu for r in result.ops):
+        return result
+    why = (f"every node runs on onnxruntime's CPU EP; the profile's fit ({profile.basis}) is "
+           f"of {profile.kind} rows, so the CPU figures are its prior")
+    return replace(result, basis=PRIOR_BASIS, interval_s=None, notes=result.notes + (why,))
 
 
 def _compiler_figures(assignment: UnitAssignment) -> dict | None:

@@ -205,3 +205,10 @@ def test_estimate_of_an_onnx_model_has_its_basis_and_rows(residual, residual_qdq
     assert all(row.unit == "npu" for row in int8_est.ops)
     cpu = estimate(read_onnx(residual[0]), profile)  # dynamic batch: the CPU EP
     assert all(row.unit == "cpu" and row.dtype == "float32" for row in cpu.ops)
+
+
+def test_cpu_ep_estimate_on_an_accelerator_profile_says_prior(residual):
+    profile = load_profile("coral-usb")  # fitted to Edge TPU rows; no EP runs .onnx there
+    est = estimate(read_onnx(residual[1]), profile)
+    assert profile.fit is not None and est.basis == "prior: unvalidated"
+    assert est.interval_s is None and any("CPU EP" in n for n in est.notes)
