@@ -74,15 +74,36 @@ def cost_view(graph: Graph) -> Graph:
     return replace(graph, format="onnx-kernels", tensors=tuple(tensors), ops=ops)
 
 
+def folded_at_load(graph: Graph) -> set[int]:
+    """Main-graph nodes onnxruntime removes when it loads the model: Identity, Dropout,
+    Constant, and nodes whose inputs are all constants (constant folding), or a Shape of a
+    fixed-size tensor (graph order, so chains fold too)."""
+    removed = set(kinds()["absorbed"])
+    constant = {i for i, t in enumerate(graph.tensors) if t.is_constant}
+    folded: set[int] = set()
+    for op in graph.ops_in_subgraph(0):
+        inputs = [t for t in op.inputs if t >= 0]
+        static_shape = op.op == "Shape" and inputs and _fixed(graph.tensors[inputs[0]])
+        if op.op in removed or static_shape or (inputs and all(t in constant for t in inputs)
+                                                and op.op not in kinds()["not_folded"]):
+            folded.add(op.index)
+            constant.update(t for t in op.outputs if t >= 0)
+    return folded
+
+
+def _fixed(tensor: Tensor) -> bool:
+    return tensor.shape_signature is not None and not tensor.is_dynamic
+
+
 def _folded(index: _Index) -> set[int]:
     """Nodes that run inside another kernel or not at all."""
     table = kinds()
     outputs = set(index.graph.outputs)
-    folded: set[int] = set()
+    folded = folded_at_load(index.graph)
     for op in index.graph.ops:
-        if op.subgraph != 0:
+        if op.subgraph != 0 or op.index in folded:
             continue
-        if op.op in table["absorbed"] or _folded_qdq(index, op, outputs):
+        if _folded_qdq(index, op, outputs):
             folded.add(op.index)
         elif op.op in table["fused_after_mac"] and _after_mac(index, op, folded):
             folded.add(op.index)

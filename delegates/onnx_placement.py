@@ -19,6 +19,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 
+from edgeopt.delegates.onnx_cost_view import folded_at_load
 from edgeopt.delegates.onnx_eps import ExecutionProvider, cpu_only_note, ep_for_delegate, load_ep
 from edgeopt.delegates.onnx_rules import QDQ_OPS, NodeView, evaluate
 from edgeopt.delegates.partition import independent_subsets, select_partitions
@@ -33,6 +34,8 @@ OnnxSource = Graph | bytes | str | os.PathLike
 CPU_EP = "CPUExecutionProvider"
 PARTITION_RULE = "Supported nodes must fall in a partition the EP keeps"
 MAX_CAVEATS = 4
+FOLDED_REASON = ("onnxruntime folds this node into an initializer when it loads the model "
+                 "(Constant, Identity, constant inputs); the nodes that read it run on the CPU EP")
 
 
 def place_onnx(model: OnnxSource, ep: str | ExecutionProvider) -> Placement:
@@ -40,15 +43,19 @@ def place_onnx(model: OnnxSource, ep: str | ExecutionProvider) -> Placement:
     graph = _graph(model)
     ep = load_ep(ep) if isinstance(ep, str) else ep
     index = ModelIndex.build(graph)
-    verdicts = {op.index: evaluate(NodeView(index, op, ep)) for op in graph.ops}
-    partitions, dropped = _partitions(graph, ep, verdicts)
+    folded = folded_at_load(graph)
+    verdicts = {op.index: evaluate(NodeView(index, op, ep)) for op in graph.ops
+                if op.index not in folded}
+    partitions, dropped = _partitions(graph, ep, verdicts, folded)
+    partitions = _with_folded(index, folded, partitions)
     delegated = {i for p in partitions for i in p}
-    ops = tuple(_op_placement(index, op, ep, verdicts[op.index], dropped, delegated)
+    ops = tuple(_folded_placement(op, ep, op.index in delegated) if op.index in folded else
+                _op_placement(index, op, ep, verdicts[op.index], dropped, delegated)
                 for op in graph.ops)
     placement = Placement(delegate=f"onnxruntime-{ep.name}", unit=ep.unit, ops=ops,
                           partitions=tuple(partitions), execution_provider=ep.provider)
-    return _with_notes(placement, _ep_notes(graph, ep, placement) + _if_fixed(graph, ep,
-                                                                              placement))
+    notes = _ep_notes(graph, ep, placement, folded) + _if_fixed(graph, ep, placement)
+    return _with_notes(placement, notes)
 
 
 def _if_fixed(graph: Graph, ep: ExecutionProvider, placement: Placement) -> tuple[str, ...]:
@@ -98,15 +105,38 @@ def _with_notes(placement: Placement, notes: tuple[str, ...], device: str | None
                      placement.execution_provider)
 
 
-def _partitions(graph: Graph, ep: ExecutionProvider, verdicts: Mapping[int, Verdict]
-                ) -> tuple[list[tuple[int, ...]], dict[int, Verdict]]:
-    ops = graph.ops_in_subgraph(0)
+def _partitions(graph: Graph, ep: ExecutionProvider, verdicts: Mapping[int, Verdict],
+                folded: set[int]) -> tuple[list[tuple[int, ...]], dict[int, Verdict]]:
+    """The partitions of the nodes left after loading (folded nodes are initializers)."""
+    ops = [op for op in graph.ops_in_subgraph(0) if op.index not in folded]
     supported = {op.index for op in ops if verdicts[op.index].ok}
     chosen, rejected = select_partitions(independent_subsets(ops, supported),
                                          ep.max_partitions)
     dropped = {i: Verdict(False, "partition_dropped", PARTITION_RULE, why)
                for members, why in rejected for i in members}
     return chosen, dropped
+
+
+def _with_folded(index: ModelIndex, folded: set[int], partitions: list[tuple[int, ...]]
+                 ) -> list[tuple[int, ...]]:
+    """Each folded node joins the partition of the first node that reads it there."""
+    where = {i: k for k, members in enumerate(partitions) for i in members}
+    grown = [list(p) for p in partitions]
+    for node in sorted(folded, reverse=True):  # consumers of a folded chain come later
+        readers = [c for t in index.graph.ops[node].outputs if t >= 0
+                   for c in index.consumers.get(t, ())]
+        home = next((where[c] for c in readers if c in where), None)
+        if home is not None:
+            grown[home].append(node)
+            where[node] = home
+    return [tuple(sorted(p)) for p in grown]
+
+
+def _folded_placement(op: Op, ep: ExecutionProvider, with_ep: bool) -> OpPlacement:
+    if with_ep:
+        return OpPlacement(op.index, op.op, ep.unit, subgraph=op.subgraph)
+    return OpPlacement(op.index, op.op, CPU, FOLDED_REASON, "", "folded_at_load",
+                       "an initializer read by CPU-EP nodes", op.subgraph)
 
 
 def _op_placement(index: ModelIndex, op: Op, ep: ExecutionProvider, verdict: Verdict,
@@ -151,11 +181,15 @@ def _short_reason(verdict: Verdict, op: Op, ep: ExecutionProvider) -> str:
     return short.get(verdict.rule or "", verdict.constraint)
 
 
-def _ep_notes(graph: Graph, ep: ExecutionProvider, placement: Placement) -> tuple[str, ...]:
+def _ep_notes(graph: Graph, ep: ExecutionProvider, placement: Placement, folded: set[int]
+              ) -> tuple[str, ...]:
     notes = [f"placed on {ep.title} ({ep.provider}) by its op table: "
              f"{ep.source.split(';')[0]}"]
+    if folded:
+        notes.append(f"{len(folded)} node(s) become initializers when onnxruntime loads the "
+                     "model (Constant, Identity, constant inputs); they go with their readers")
     if ep.unit not in ("xnnpack",):
-        notes.append(usability_verdict(placement, ep))
+        notes.append(usability_verdict(placement, ep, folded))
     caveats = sorted({f"{op.op}: {ep.caveat(o.custom_code, o.op)}"
                       for op, o in zip(placement.ops, graph.ops)
                       if op.unit != CPU and ep.caveat(o.custom_code, o.op)})
@@ -169,11 +203,13 @@ def _ep_notes(graph: Graph, ep: ExecutionProvider, placement: Placement) -> tupl
     return tuple(notes)
 
 
-def usability_verdict(placement: Placement, ep: ExecutionProvider) -> str:
+def usability_verdict(placement: Placement, ep: ExecutionProvider,
+                      folded: set[int] = frozenset()) -> str:  # type: ignore[assignment]
     """The usability checker's rule of thumb: one partition over 75% of the nodes is worth
-    trying, two only above 75%, more partitions cost more in copies than they gain."""
-    total = len(placement.ops) or 1
-    share = 100.0 * placement.delegated_ops / total
+    trying, two only above 75%, more partitions cost more in copies than they gain. Nodes
+    folded at load are not counted (the checker runs on the optimized model)."""
+    kept = [op for op in placement.ops if op.index not in folded]
+    share = 100.0 * sum(op.unit != CPU for op in kept) / (len(kept) or 1)
     count = len(placement.partitions)
     if count == 1 and share > 75:
         verdict = "YES"

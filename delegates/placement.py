@@ -22,7 +22,7 @@ AUTOMATIC_FIXES = {"static_shapes": "fix_dynamic_batch",
                    "float_op_in_integer_graph": "quantize_float_ops"}
 # Rules that describe a consequence of partitioning rather than an op the delegate lacks.
 CONSEQUENCES = frozenset({"partition_dropped", "after_first_unsupported",
-                          "static_unpack_consumers"})
+                          "static_unpack_consumers", "folded_at_load"})
 
 
 @dataclass(frozen=True)

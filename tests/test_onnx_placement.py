@@ -212,3 +212,27 @@ def test_cpu_ep_estimate_on_an_accelerator_profile_says_prior(residual):
     est = estimate(read_onnx(residual[1]), profile)
     assert profile.fit is not None and est.basis == "prior: unvalidated"
     assert est.interval_s is None and any("CPU EP" in n for n in est.notes)
+
+
+def test_nodes_folded_at_load_go_with_their_readers():
+    """A Constant feeding a delegated Mul joins its partition; one feeding a node the EP
+    lacks stays with it on the CPU EP; neither splits the partitions."""
+    from onnx import numpy_helper
+
+    def const(name):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+            np.ones((1, 4), np.float32), name + "_v"))
+
+    nodes = [const("c1"), helper.make_node("Mul", ["x", "c1"], ["m"]), const("c2"),
+             helper.make_node("HardSigmoid", ["m"], ["h"]),
+             helper.make_node("Add", ["h", "c2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    placement = place_onnx(model.SerializeToString(), "nnapi")
+    units = [op.unit for op in placement.ops]
+    assert units == ["nnapi", "nnapi", "nnapi", "cpu", "nnapi"]
+    assert placement.partitions == ((0, 1), (2, 4))
+    assert placement.top_reasons(1)[0][0].startswith("ai.onnx:HardSigmoid")
+    assert any("become initializers" in n for n in placement.notes)
