@@ -14,11 +14,13 @@ costing.py.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from edgeopt.delegates.onnx_cost_view import cost_view
 from edgeopt.delegates.onnx_placement import place_onnx_for_device
+from edgeopt.delegates.onnx_shapes import dynamic_inputs, with_fixed_inputs
 from edgeopt.devices.assignment import PlacementInput, UnitAssignment, assign_units
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.edgetpu import edgetpu_assignment, simulate
@@ -27,6 +29,7 @@ from edgeopt.devices.profile import DeviceProfile
 from edgeopt.devices.result import Estimate
 from edgeopt.errors import DeviceError
 from edgeopt.graph import Graph
+from edgeopt.onnx_reader import read_onnx
 
 
 def estimate(graph: Graph, profile: DeviceProfile, placement: PlacementInput = None,
@@ -57,10 +60,36 @@ def estimate_onnx(graph: Graph, profile: DeviceProfile, placement: PlacementInpu
     if placement is None:
         placement = place_onnx_for_device(graph, profile)
     kernels = cost_view(graph)
-    result = estimate_assigned(kernels, profile, assign_units(kernels, profile, placement))
+    assignment = assign_units(kernels, profile, placement)
+    notes: tuple[str, ...] = ()
+    if profile.kind == "cpu" and assignment.units.count(profile.tables().main_unit) < len(
+            assignment.units):
+        # The CPU EP's MLAS kernels are optimized CPU kernels like XNNPACK's, not LiteRT's
+        # builtin reference kernels (the profile's "cpu" unit).
+        main = profile.tables().main_unit
+        assignment = replace(assignment, units=tuple(main for _ in assignment.units))
+        notes = (f"nodes on onnxruntime's CPU EP are costed as the profile's optimized CPU "
+                 f"kernels ({main} unit), like its XNNPACK EP nodes",)
+    result = estimate_assigned(kernels, profile, assignment)
     names = {op.index: op.op for op in graph.ops}  # rows name the ONNX nodes, not builtins
-    result = replace(result, ops=tuple(replace(row, op=names[row.index]) for row in result.ops))
+    result = replace(result, ops=tuple(replace(row, op=names[row.index]) for row in result.ops),
+                     notes=result.notes + notes)
     return _cpu_only_basis(result, profile)
+
+
+def estimate_onnx_model(content: bytes, profile: DeviceProfile, placement: PlacementInput,
+                        shapes: Mapping[str, Sequence[int]] | None = None) -> Estimate:
+    """`estimate_onnx` of an .onnx file whose dynamic input dimensions are costed at
+    ``shapes`` (the build's --input-shape / calibration shapes; 1 where none is given)."""
+    dynamic = dynamic_inputs(content)
+    if not dynamic:
+        return estimate_onnx(read_onnx(content), profile, placement)
+    result = estimate_onnx(read_onnx(with_fixed_inputs(content, shapes or {})), profile,
+                           placement)
+    shown = ", ".join(f"{name} {list(shapes[name])}" if shapes and name in shapes
+                      else f"{name} (dynamic dimensions at 1)" for name in dynamic)
+    note = f"the estimate costs the model's dynamic inputs at the build's shapes: {shown}"
+    return replace(result, notes=result.notes + (note,))
 
 
 def _cpu_only_basis(result: Estimate, profile: DeviceProfile) -> Estimate:
@@ -87,4 +116,5 @@ def resolve_assignment(graph: Graph, profile: DeviceProfile, placement: Placemen
     return assign_units(graph, profile, placement, model)
 
 
-__all__ = ["estimate", "estimate_assigned", "resolve_assignment"]
+__all__ = ["estimate", "estimate_assigned", "estimate_onnx", "estimate_onnx_model",
+           "resolve_assignment"]

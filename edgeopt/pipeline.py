@@ -33,7 +33,7 @@ from edgeopt.converters.parity import check_parity
 from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
 from edgeopt.delegates.onnx_placement import place_onnx_for_device
-from edgeopt.devices.estimator import estimate
+from edgeopt.devices.estimator import estimate, estimate_onnx_model
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
 from edgeopt.float_islands import (
@@ -47,7 +47,6 @@ from edgeopt.float_islands import (
 from edgeopt.images import NCHW_TO_NHWC
 from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_keras, load_model, with_input_shapes
-from edgeopt.onnx_reader import read_onnx
 from edgeopt.quantize import quantize_onnx, quantize_tflite
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
@@ -464,10 +463,12 @@ def _report_details(placement, estimate, quant) -> dict:
             "estimate": estimate.to_json() if estimate is not None else None}
 
 
-def estimate_artifact(artifact: Artifact, profile: DeviceProfile, placement):
-    """Latency and energy of one inference from the device profile (.tflite and .onnx)."""
+def estimate_artifact(artifact: Artifact, profile: DeviceProfile, placement,
+                      shapes: dict | None = None):
+    """Latency and energy of one inference from the device profile (.tflite and .onnx; an
+    .onnx artifact's dynamic inputs at ``shapes``, the build's input shapes)."""
     if artifact.format == "onnx":
-        return estimate(read_onnx(artifact.content), profile, placement)
+        return estimate_onnx_model(artifact.content, profile, placement, shapes)
     if artifact.format != "tflite":
         return None
     return estimate(read_tflite(artifact.content), profile, placement, artifact.content)
@@ -587,7 +588,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         placement = replace(placement, artifact=with_packed_files(artifact.content,
                                                                   placement.artifact))
     progress(f"estimating latency and energy on {profile.name}")
-    estimate = estimate_artifact(artifact, profile, placement)
+    estimate = estimate_artifact(artifact, profile, placement,
+                                 {spec.name: spec.shape for spec in handle.inputs})
     manifest = _manifest(config, profile, handle, artifact, specs, validation, calib,
                          evaluation, placement)
     _estimate_record(manifest, estimate)

@@ -236,3 +236,27 @@ def test_nodes_folded_at_load_go_with_their_readers():
     assert placement.partitions == ((0, 1), (2, 4))
     assert placement.top_reasons(1)[0][0].startswith("ai.onnx:HardSigmoid")
     assert any("become initializers" in n for n in placement.notes)
+
+
+def test_dynamic_inputs_are_costed_at_the_build_shapes(residual):
+    from edgeopt.delegates.onnx_shapes import dynamic_inputs, with_fixed_inputs
+    from edgeopt.devices.estimator import estimate_onnx_model
+
+    content = residual[0].read_bytes()
+    assert dynamic_inputs(content) == ["x"]
+    assert read_onnx(with_fixed_inputs(content, {"x": (-1, 3, 16, 16)})).tensors[
+        read_onnx(content).inputs[0]].shape_signature == (1, 3, 16, 16)
+    profile = load_profile("host-cpu")
+    one = estimate_onnx_model(content, profile, None, {"x": (1, 3, 16, 16)})
+    four = estimate_onnx_model(content, profile, None, {"x": (4, 3, 16, 16)})
+    assert sum(r.compute_s for r in four.ops) > 3 * sum(r.compute_s for r in one.ops)
+    assert any("x [4, 3, 16, 16]" in n for n in four.notes)
+
+
+def test_cpu_profile_costs_cpu_ep_nodes_as_optimized_cpu_kernels(residual_qdq):
+    graph = read_onnx(residual_qdq)
+    placement = place_onnx_for_device(graph, "host-cpu")  # XNNPACK leaves QDQ to the CPU EP
+    assert placement.delegated_ops == 0
+    est = estimate(graph, load_profile("host-cpu"), placement)
+    assert {row.unit for row in est.ops} == {"xnnpack"}
+    assert any("CPU EP are costed" in n for n in est.notes)
