@@ -6,8 +6,10 @@
 For every .onnx artifact `edgeopt build --format onnx` wrote under WORKDIR/real/*/onnx/:
 its placement (edgeopt.delegates.onnx_placement) and estimate on host-cpu (XNNPACK EP),
 pixel-npu (NNAPI EP, quantized nodes only on the Tensor TPU) and snapdragon-npu (QNN EP),
-as built, and with its dynamic input dimensions fixed to 1 the way onnxruntime's
-`make_dynamic_shape_fixed` tool does (the usability checker's second pass). Also whether
+as built (dynamic inputs costed at the zoo's calibration shapes, as `edgeopt build` costs
+them), and with those shapes fixed in the model the way onnxruntime's
+`make_dynamic_shape_fixed` tool fixes them (the usability checker's second pass); and the
+host-cpu estimate against onnxruntime's CPU EP measured on this host (one thread). Also whether
 onnxruntime's own usability checker counts the same NNAPI partitions and supported nodes
 as edgeopt on the model it analyses (`check_nnapi_partitions` on the basic-optimized model:
 op types and fixed shapes only; edgeopt adds dtype, rank and QDQ checks). Prints tables and
@@ -18,34 +20,52 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results  # noqa: E402
+from real_models import _as_declared, _first_sample  # noqa: E402
 
 from edgeopt.delegates.onnx_placement import place_onnx, place_onnx_for_device  # noqa: E402
-from edgeopt.devices.estimator import estimate  # noqa: E402
+from edgeopt.delegates.onnx_shapes import with_fixed_inputs  # noqa: E402
+from edgeopt.devices.estimator import estimate_onnx_model  # noqa: E402
 from edgeopt.devices.profile import load_profile  # noqa: E402
-from edgeopt.onnx_reader import read_onnx  # noqa: E402
 
 DEVICES = ("host-cpu", "pixel-npu", "snapdragon-npu")
 
 
-def fixed_shapes(path: Path) -> bytes:
-    """The model with every dynamic input dimension set to 1 (onnxruntime's tool)."""
-    import onnx
-    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, make_dim_param_fixed
+def first_sample(name: str, content: bytes, calib_dir: Path) -> dict[str, np.ndarray]:
+    """The zoo's first calibration sample per input, in the layout the model declares."""
+    import onnxruntime as ort
 
-    model = onnx.load(str(path))
-    for value in model.graph.input:
-        for dim in value.type.tensor_type.shape.dim:
-            if dim.HasField("dim_param"):
-                make_dim_param_fixed(model.graph, dim.dim_param, 1)
-            elif not dim.HasField("dim_value") or dim.dim_value < 1:
-                dim.dim_value = 1
-    del model.graph.value_info[:]
-    fix_output_shapes(model)
-    return model.SerializeToString()
+    with np.load(calib_dir / f"{name}.npz") as data:
+        sample = _first_sample({k: data[k] for k in data.files})
+    session = ort.InferenceSession(content, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for i in session.get_inputs():
+        x = _as_declared(sample[i.name], i.shape)
+        feeds[i.name] = x.astype(np.float32) if "float" in i.type else x
+    return feeds
+
+
+def measured_ms(content: bytes, feeds: dict[str, np.ndarray], runs: int = 30) -> float:
+    """Median latency of onnxruntime's CPU EP on this host, one thread (host-cpu's)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(content, options, providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        session.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
 
 
 def checker_vs_edgeopt(content: bytes) -> dict:
@@ -72,10 +92,9 @@ def checker_vs_edgeopt(content: bytes) -> dict:
                         "supported": ours.delegated_ops}}
 
 
-def one(content: bytes, device: str) -> dict:
-    graph = read_onnx(content)
-    placement = place_onnx_for_device(graph, device)
-    est = estimate(graph, load_profile(device), placement)
+def one(content: bytes, device: str, shapes: dict) -> dict:
+    placement = place_onnx_for_device(content, device)
+    est = estimate_onnx_model(content, load_profile(device), placement, shapes)
     return {"execution_provider": placement.execution_provider, "nodes": len(placement.ops),
             "delegated": placement.delegated_ops, "partitions": len(placement.partitions),
             "top_fallback": (placement.top_reasons(1) or [("", 0)])[0][0],
@@ -83,11 +102,16 @@ def one(content: bytes, device: str) -> dict:
             "basis": est.basis}
 
 
-def model_rows(path: Path) -> dict:
-    content, fixed = path.read_bytes(), fixed_shapes(path)
-    record = {"model": path.parent.parent.name, "artifact": str(path),
-              "as_built": {d: one(content, d) for d in DEVICES},
-              "fixed_shapes": {d: one(fixed, d) for d in DEVICES}}
+def model_rows(path: Path, calib_dir: Path) -> dict:
+    name, content = path.parent.parent.name, path.read_bytes()
+    feeds = first_sample(name, content, calib_dir)
+    shapes = {k: v.shape for k, v in feeds.items()}
+    fixed = with_fixed_inputs(content, shapes)
+    record = {"model": name, "artifact": str(path), "shapes": {k: list(v) for k, v in
+                                                               shapes.items()},
+              "as_built": {d: one(content, d, shapes) for d in DEVICES},
+              "fixed_shapes": {d: one(fixed, d, shapes) for d in DEVICES},
+              "host_measured_ms": round(measured_ms(content, feeds), 4)}
     try:
         record["checker_nnapi"] = checker_vs_edgeopt(content)
     except Exception as exc:  # the checker's own limits (e.g. no shape info) are reported
@@ -114,8 +138,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/zoo"))
     args = parser.parse_args()
-    records = [model_rows(p) for p in sorted(args.workdir.glob("real/*/onnx/*.onnx"))]
+    records = [model_rows(p, args.workdir / "calib")
+               for p in sorted(args.workdir.glob("real/*/onnx/*.onnx"))]
     print(table(records))
+    print("\n| model | input shapes | host-cpu estimate ms | measured ms (onnxruntime CPU EP, "
+          "1 thread) | estimate / measured |\n|---|---|---|---|---|")
+    for r in records:
+        est = r["as_built"]["host-cpu"]["latency_ms"]
+        print(f"| {r['model']} | {r['shapes']} | {est:.3g} | {r['host_measured_ms']:.3g} | "
+              f"{est / r['host_measured_ms']:.2f} |")
     print("\n| model | optimized nodes | checker NNAPI partitions / supported | edgeopt NNAPI "
           "partitions / supported |\n|---|---|---|---|")
     for r in records:
