@@ -19,6 +19,7 @@ writes benchmarks/results/onnx_placement.json.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -111,12 +112,24 @@ def model_rows(path: Path, calib_dir: Path) -> dict:
                                                                shapes.items()},
               "as_built": {d: one(content, d, shapes) for d in DEVICES},
               "fixed_shapes": {d: one(fixed, d, shapes) for d in DEVICES},
-              "host_measured_ms": round(measured_ms(content, feeds), 4)}
+              "host_measured_ms": round(measured_ms(content, feeds), 4),
+              "build_manifest": _built(path.parent / "manifest.json")}
     try:
         record["checker_nnapi"] = checker_vs_edgeopt(content)
     except Exception as exc:  # the checker's own limits (e.g. no shape info) are reported
         record["checker_nnapi"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
     return record
+
+
+def _built(manifest: Path) -> dict:
+    """What `edgeopt build --format onnx` itself recorded: placement and estimate."""
+    m = json.loads(manifest.read_text())
+    placement = m.get("placement") or {}
+    return {"device": m.get("device", {}).get("name") if isinstance(m.get("device"), dict)
+            else m.get("device"),
+            "execution_provider": placement.get("execution_provider"),
+            "delegated_ops": placement.get("delegated_ops"), "cpu_ops": placement.get("cpu_ops"),
+            "partitions": len(placement.get("partitions", [])), "estimate": m.get("estimate")}
 
 
 def table(records: list[dict]) -> str:
