@@ -151,7 +151,9 @@ def _prefix(ops, supported: set[int], dropped: dict[int, Verdict]) -> list[tuple
 def _op_placement(op: Op, rules: DelegateRules, view: OpView, verdict: Verdict,
                   dropped: Mapping[int, Verdict], delegated: set[int]) -> OpPlacement:
     if op.index in delegated:
-        return OpPlacement(op.index, op.op, rules.unit, subgraph=op.subgraph)
+        precision = rules.precision(view) if rules.precision else ""
+        return OpPlacement(op.index, op.op, rules.unit, subgraph=op.subgraph,
+                           precision=precision)
     if verdict.ok:
         verdict = dropped.get(op.index, Verdict(False, None, "Not delegated"))
     short = _short_reason(verdict, op, rules.title)

@@ -22,7 +22,7 @@ AUTOMATIC_FIXES = {"static_shapes": "fix_dynamic_batch",
                    "float_op_in_integer_graph": "quantize_float_ops"}
 # Rules that describe a consequence of partitioning rather than an op the delegate lacks.
 CONSEQUENCES = frozenset({"partition_dropped", "after_first_unsupported",
-                          "static_unpack_consumers"})
+                          "static_unpack_consumers", "folded_at_load"})
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,15 @@ class OpPlacement:
     rule: str | None = None
     short_reason: str = ""
     subgraph: int = 0
+    precision: str = ""      # what a delegated op computes in when the delegate says so
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "op": self.op, "unit": self.unit,
-                "reason": self.reason or None, "rewrite": self.rewrite or None,
-                "rule": self.rule, "subgraph": self.subgraph}
+        record = {"index": self.index, "op": self.op, "unit": self.unit,
+                  "reason": self.reason or None, "rewrite": self.rewrite or None,
+                  "rule": self.rule, "subgraph": self.subgraph}
+        if self.precision:
+            record["precision"] = self.precision
+        return record
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Placement:
 
     ``compiler`` holds a vendor compiler's own figures (Vela: SRAM/flash use, cycles,
     inference time) and ``artifact`` the compiled model it wrote, when there is one.
+    ``execution_provider`` names the onnxruntime EP for a placement of an .onnx model.
     """
 
     delegate: str
@@ -82,6 +87,7 @@ class Placement:
     device: str | None = None
     compiler: Mapping[str, Any] | None = None
     artifact: bytes | None = field(default=None, repr=False)
+    execution_provider: str | None = None
 
     @property
     def delegated_ops(self) -> int:
@@ -123,8 +129,12 @@ class Placement:
 
     def manifest_json(self) -> dict[str, Any]:
         """The manifest's ``placement`` object (DESIGN.md, schema_version 1)."""
-        return {"delegate": self.delegate, "delegated_ops": self.delegated_ops,
-                "cpu_ops": self.cpu_ops, "partitions": [list(p) for p in self.partitions]}
+        record: dict[str, Any] = {
+            "delegate": self.delegate, "delegated_ops": self.delegated_ops,
+            "cpu_ops": self.cpu_ops, "partitions": [list(p) for p in self.partitions]}
+        if self.execution_provider:
+            record["execution_provider"] = self.execution_provider
+        return record
 
     def to_json(self) -> dict[str, Any]:
         """Manifest fields plus per-op placement, crossings, notes and compiler figures."""

@@ -19,10 +19,19 @@ from edgeopt.delegates.view import FLOAT_DTYPES, OpView
 QUANT_ACTIVATIONS = ("int8", "uint8", "int16")
 
 
+def runs_fp16(v: OpView) -> bool:
+    """Float ops run in fp16 on the HTP: with precision fp16, or precision auto (the default)
+    in a float graph, as the phones run float models (AI Hub compiles them to fp16 on the NPU;
+    onnxruntime's QNN EP enables HTP fp16 by default; QNN 2.35 made fp16 the HTP default)."""
+    precision = v.settings.get("precision", "auto")
+    return precision == "fp16" or (precision == "auto" and not v.index.integer_graph)
+
+
 def precision_dtypes(v: OpView) -> tuple[bool, str]:
-    """Activations must be 8/16-bit quantized (float runs on the HTP only with precision fp16)"""
+    """Activations must be 8/16-bit quantized, or float in a float graph (run in fp16;
+    precision int8 keeps float on the CPU)"""
     allowed = set(QUANT_ACTIVATIONS) | set(v.param("extra_dtypes", ()))
-    if v.settings.get("precision", "int8") == "fp16":
+    if runs_fp16(v):
         allowed |= {"float32", "float16"}
     bad = [t for t in v.data_tensors if t.dtype not in allowed]
     if not bad:
@@ -32,6 +41,12 @@ def precision_dtypes(v: OpView) -> tuple[bool, str]:
     return False, f"{where} '{bad[0].name}'"
 
 
+def op_precision(v: OpView) -> str:
+    """float16 for a float op the HTP runs in fp16, else "" (the op's own dtype)."""
+    floats = any(t.dtype in FLOAT_DTYPES for t in v.data_tensors)
+    return "float16" if floats and runs_fp16(v) else ""
+
+
 CHECKS = {**generic.GENERIC, "precision_dtypes": precision_dtypes}
 
-RULES = build_rules("qnn_htp.toml", CHECKS)
+RULES = build_rules("qnn_htp.toml", CHECKS, precision=op_precision)

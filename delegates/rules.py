@@ -25,6 +25,8 @@ from edgeopt.errors import ConfigError
 
 Check = Callable[[OpView], tuple[bool, str]]
 Finalizer = Callable[[Any, dict[int, OpView], dict[int, "Verdict"]], dict[int, "Verdict"]]
+# What a delegated op computes in when the delegate changes it ("float16"), else "".
+Precision = Callable[[OpView], str]
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class DelegateRules:
     partitioning: Partitioning
     settings: Mapping[str, Any] = field(default_factory=dict)
     finalize: Finalizer | None = None
+    precision: Precision | None = None
 
     def evaluate(self, view: OpView) -> Verdict:
         """Run the generic checks, then the op's specific ones; the first failure decides."""
@@ -113,11 +116,12 @@ class DelegateRules:
         merged = {**self.settings, **overrides}
         return DelegateRules(self.name, self.title, self.unit, self.sources, self.notes,
                              self.generic, self.ops, self.specific, self.partitioning,
-                             merged, self.finalize)
+                             merged, self.finalize, self.precision)
 
 
 def build_rules(table_file: str, checks: Mapping[str, Check],
-                finalize: Finalizer | None = None) -> DelegateRules:
+                finalize: Finalizer | None = None,
+                precision: Precision | None = None) -> DelegateRules:
     """Read ``delegates/<table_file>`` and bind its check names to functions.
 
     Every name the table uses must exist in ``checks``: a typo fails at import, not at run
@@ -137,7 +141,7 @@ def build_rules(table_file: str, checks: Mapping[str, Check],
         generic=tuple(rules[name] for name in head.get("generic", ())),
         ops=ops, specific=rules,
         partitioning=Partitioning(**raw.get("partitioning", {})),
-        settings=dict(raw.get("settings", {})), finalize=finalize)
+        settings=dict(raw.get("settings", {})), finalize=finalize, precision=precision)
 
 
 def _op_spec(name: str, row: dict, defaults: dict) -> OpSpec:

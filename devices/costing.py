@@ -9,15 +9,21 @@ units' invoke overhead; the device's idle power runs for the whole latency.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from edgeopt.devices.assignment import UnitAssignment
-from edgeopt.devices.opcost import op_costs
+from edgeopt.devices.opcost import OpCost, op_costs
 from edgeopt.devices.params import ParamResidency, param_residency
 from edgeopt.devices.profile import DeviceProfile
 from edgeopt.devices.result import Estimate, OpEstimate
-from edgeopt.devices.roofline import on_int4_cpu_path, time_op
+from edgeopt.devices.roofline import on_int4_cpu_path, time_op, unit_dtype
 from edgeopt.devices.transfers import cost_crossings
 from edgeopt.graph import Graph
 
+# Cost fp16 ops with half the float32 bytes (fp16 tensors)? Measured on the snapdragon-npu
+# fp16 rows (benchmarks/fp16_npu.py, BENCHMARKS.md "fp16 on the NPU"): held-out median
+# |error| of the kept fit 10% with float32 bytes, 16% with half, so the bytes stay float32.
+HALVE_FP16_BYTES = False
 # What benchmarks/int4_cpu.py measured on this project's host (BENCHMARKS.md).
 INT4_CPU_MEASURED = ("a w4a8 MobileNetV2-0.35 measured 1.9x the int8 model's latency on "
                      "this project's host, benchmarks/int4_cpu.py")
@@ -28,7 +34,9 @@ def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssi
     """The estimate for a resolved per-op assignment of units."""
     hw = profile.tables()
     residency = param_residency(graph, assignment.units, hw)
-    costs = op_costs(graph)
+    fp16 = fp16_ops(assignment)
+    costs = [in_unit_precision(c, hw.unit(assignment.units[c.index]), c.index in fp16)
+             for c in op_costs(graph)]
     unit_params = _unit_param_bytes(costs, assignment)
     rows = tuple(_op_row(cost, assignment, residency, hw, unit_params) for cost in costs)
     transfers = tuple(cost_crossings(graph, assignment.units, hw))
@@ -49,6 +57,26 @@ def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssi
         compiler=compiler, notes=_notes(graph, assignment, compiler) + int4_cpu_notes(
             costs, assignment, hw), basis=profile.basis,
         interval_s=profile.fit.interval(latency) if profile.fit else None)
+
+
+def fp16_ops(assignment: UnitAssignment) -> set[int]:
+    """Ops the placement says run in fp16 (a float model on QNN HTP, ...)."""
+    ops = getattr(assignment.placement, "ops", ()) or ()
+    return {op.index for op in ops if getattr(op, "precision", "") == "float16"}
+
+
+def in_unit_precision(cost: OpCost, unit, fp16: bool) -> OpCost:
+    """A float32 op as the unit runs it: in fp16 when the placement says so or the unit
+    computes float only in fp16 (an NPU's float path), its arithmetic at the fp16 rate.
+    Its tensors keep their float32 size unless `HALVE_FP16_BYTES` (see there)."""
+    if cost.dtype != "float32" or not (fp16 or unit_dtype(unit, "float32") == "float16"):
+        return cost
+    if not HALVE_FP16_BYTES:
+        return replace(cost, dtype="float16")
+    weights = cost.weight_bytes // 2 if cost.weight_dtype in ("", "float32") else \
+        cost.weight_bytes
+    return replace(cost, dtype="float16", activation_bytes=cost.activation_bytes // 2,
+                   weight_bytes=weights)
 
 
 def int4_cpu_notes(costs, assignment: UnitAssignment, hw) -> tuple[str, ...]:

@@ -184,18 +184,22 @@ class Validation:
 
 @dataclass(frozen=True)
 class Placement:
-    """Which ops the device's delegate takes (null for .onnx, with `placement_note`)."""
+    """Which ops the device's delegate takes; for an .onnx artifact, which nodes the
+    onnxruntime execution provider for the device takes (`execution_provider`)."""
 
     delegate: str
     delegated_ops: int = field(metadata=NON_NEGATIVE)
     cpu_ops: int = field(metadata=NON_NEGATIVE)
     partitions: list[list[int]] = field(
         metadata={"description": "op indices of each delegated partition"})
+    execution_provider: str | None = _opt(
+        description="the onnxruntime execution provider of an .onnx artifact "
+                    "(QNNExecutionProvider, NnapiExecutionProvider, ...)")
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """Latency and energy of one inference from the device profile (null for .onnx)."""
+    """Latency and energy of one inference from the device profile."""
 
     latency_ms: float = field(metadata=NON_NEGATIVE)
     energy_mj: float | None = field(metadata=NON_NEGATIVE)

@@ -32,7 +32,8 @@ from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
-from edgeopt.devices.estimator import estimate
+from edgeopt.delegates.onnx_placement import place_onnx_for_device
+from edgeopt.devices.estimator import estimate, estimate_onnx_model
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
 from edgeopt.float_islands import (
@@ -63,8 +64,8 @@ from edgeopt.validate import Validation, check_collapsed, compare
 
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
              "onnxruntime", "onnx2tf", "numpy")
-ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite graphs; build with --format tflite for "
-                      "a latency and energy estimate")
+ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite and .onnx graphs; build with --format "
+                      "tflite for a latency and energy estimate")
 
 Progress = Callable[[str], None]
 
@@ -245,17 +246,21 @@ def _converter_onnx(handle, scheme: str, calib: Dataset) -> tuple[bytes, str]:
         return out.read_bytes(), method
 
 
-ONNX_PLACEMENT_NOTE = ("delegate rules read .tflite graphs; an .onnx artifact runs on "
-                       "onnxruntime's execution providers, which edgeopt does not model yet")
+ONNX_PLACEMENT_NOTE = ("placement covers .tflite artifacts (delegate rules) and .onnx "
+                       "artifacts (onnxruntime's execution providers) only")
 
 
 def place_artifact(artifact: Artifact, profile: DeviceProfile, require_full: bool):
-    """Per-op placement of the artifact on the device's delegate (Vela for Ethos-U)."""
-    if artifact.format != "tflite":
+    """Per-op placement of the artifact on the device's delegate (Vela for Ethos-U); an .onnx
+    artifact on the onnxruntime execution provider that serves the device."""
+    if artifact.format == "onnx":
+        placement = place_onnx_for_device(artifact.content, profile)
+    elif artifact.format != "tflite":
         if require_full:
-            raise ConfigError("--require-full-delegation needs a .tflite artifact")
+            raise ConfigError("--require-full-delegation needs a .tflite or .onnx artifact")
         return None
-    placement = place_for_device(artifact.content, profile)
+    else:
+        placement = place_for_device(artifact.content, profile)
     if require_full:
         placement.require_full_delegation()
     return placement
@@ -490,8 +495,12 @@ def _report_details(placement, estimate, quant) -> dict:
             "estimate": estimate.to_json() if estimate is not None else None}
 
 
-def estimate_artifact(artifact: Artifact, profile: DeviceProfile, placement):
-    """Latency and energy of one inference from the device profile (None for .onnx)."""
+def estimate_artifact(artifact: Artifact, profile: DeviceProfile, placement,
+                      shapes: dict | None = None):
+    """Latency and energy of one inference from the device profile (.tflite and .onnx; an
+    .onnx artifact's dynamic inputs at ``shapes``, the build's input shapes)."""
+    if artifact.format == "onnx":
+        return estimate_onnx_model(artifact.content, profile, placement, shapes)
     if artifact.format != "tflite":
         return None
     return estimate(read_tflite(artifact.content), profile, placement, artifact.content)
@@ -615,7 +624,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         placement = replace(placement, artifact=with_packed_files(artifact.content,
                                                                   placement.artifact))
     progress(f"estimating latency and energy on {profile.name}")
-    estimate = estimate_artifact(artifact, profile, placement)
+    estimate = estimate_artifact(artifact, profile, placement,
+                                 {spec.name: spec.shape for spec in handle.inputs})
     manifest = _manifest(config, profile, handle, artifact, specs, validation, calib,
                          evaluation, placement)
     _estimate_record(manifest, estimate)

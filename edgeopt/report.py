@@ -213,7 +213,8 @@ def _placement(m: dict, detail: dict | None) -> str:
     delegated = sum(op["unit"] != "cpu" for op in detail["ops"])
     crossings = detail.get("crossings") or []
     moved = sum(c["bytes"] for c in crossings if c.get("kind") == "internal")
-    intro = (f'<p>{delegated} of {len(detail["ops"])} ops on {_e(detail["delegate"])} in '
+    ep = f' ({_e(detail["execution_provider"])})' if detail.get("execution_provider") else ""
+    intro = (f'<p>{delegated} of {len(detail["ops"])} ops on {_e(detail["delegate"])}{ep} in '
              f'{len(detail["partitions"])} partition(s); {_e(_size(moved))} cross between CPU '
              "and accelerator inside the graph. Each box is an op in graph order, coloured by "
              "the partition that runs it; grey runs on the CPU (hover for the reason).</p>")

@@ -24,7 +24,8 @@ def placement_text(m: dict) -> str:
         return m.get("placement_note", "—")
     total = placement["delegated_ops"] + placement["cpu_ops"]
     share = placement["delegated_ops"] / total if total else 0.0
-    text = (f"{share:.0%} of ops on {placement['delegate']} ({placement['delegated_ops']}/"
+    ep = f" ({placement['execution_provider']})" if placement.get("execution_provider") else ""
+    text = (f"{share:.0%} of ops on {placement['delegate']}{ep} ({placement['delegated_ops']}/"
             f"{total}), {len(placement['partitions'])} partition(s)")
     if m.get("compiled"):
         text += f"; compiled: {m['compiled']['file']}"

@@ -70,9 +70,10 @@ def _check_bundle(folder, fmt: str):
         assert "Op placement" in (folder / "report.html").read_text()
         assert manifest["estimate"]["latency_ms"] > 0 and manifest["estimate"]["energy_mj"] > 0
         assert "latency breakdown" in (folder / "report.html").read_text()
-    else:
-        assert manifest["placement"] is None and manifest["placement_note"]
-        assert manifest["estimate"] is None and manifest["estimate_note"]
+    else:  # .onnx: placed on onnxruntime's execution provider for the device, estimated
+        assert manifest["placement"]["execution_provider"].endswith("ExecutionProvider")
+        assert "placement_note" not in manifest and "estimate_note" not in manifest
+        assert manifest["estimate"]["latency_ms"] > 0 and manifest["estimate"]["basis"]
     for package in ("tensorflow", "onnxruntime", "ai-edge-litert", "edgeopt"):
         assert package in manifest["toolchain"]
     report = (folder / "report.html").read_text()

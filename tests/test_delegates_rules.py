@@ -318,7 +318,7 @@ CASES = [
          lambda: binary("BATCH_MATMUL", (2, 4, 8), (1, 8, 4), out=(2, 4, 4)).view("nnapi")),
     # Qualcomm QNN HTP (qnn_htp.py).
     Case("qnn-htp", "precision_dtypes", lambda: binary("ADD", dtype=I8).view("qnn-htp"),
-         lambda: binary("ADD").view("qnn-htp")),
+         lambda: binary("ADD").view("qnn-htp", precision="int8")),
     # Coral Edge TPU (edgetpu.py).
     Case("edgetpu", "runtime_level",
          lambda: with_input("TRANSPOSE", NHWC, (0, 2, 1, 3), dtype=I8).view("edgetpu"),

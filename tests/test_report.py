@@ -126,12 +126,13 @@ def test_latency_breakdown_by_unit_and_op_kind(compared):
     assert re.search(r">\w+ on (cpu|npu|gpu|tpu)<", section)
 
 
-def test_onnx_bundle_explains_the_empty_sections(run_cli, tmp_path, tiny_onnx_path):
+def test_onnx_bundle_shows_its_placement_and_estimate(run_cli, tmp_path, tiny_onnx_path):
     manifest, page = _build(run_cli, tiny_onnx_path, tmp_path / "onnx", "--format", "onnx")
-    assert manifest["placement"] is None and 'id="comparison"' not in page
-    assert html.escape(manifest["placement_note"]) in _section(page, "placement")
-    assert html.escape(manifest["estimate_note"]) in _section(page, "latency")
-    assert "<span>latency</span><b>—</b>" in _section(page, "summary")
+    placement = manifest["placement"]
+    assert placement["execution_provider"] in _section(page, "placement")
+    assert 'id="comparison"' not in page
+    assert "latency breakdown" in _section(page, "latency")
+    assert "<span>latency</span><b>—</b>" not in _section(page, "summary")
 
 
 def test_comparing_an_onnx_artifact_is_refused_up_front(run_cli, tmp_path, tiny_onnx_path):
