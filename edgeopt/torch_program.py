@@ -183,3 +183,22 @@ def run_program(program, feeds: dict[str, np.ndarray], names: list[str] | None =
             flat = outputs if isinstance(outputs, (tuple, list)) else [outputs]
             chunks.append([o.detach().cpu().numpy() for o in flat])
     return [np.concatenate(parts) for parts in zip(*chunks)]
+
+
+class ProgramRunner:
+    """The PyTorch program itself, as validation runs models (edgeopt.runtime.ModelRunner):
+    a .pt2 build's reference outputs come from it, not from its ONNX export."""
+
+    label = "PyTorch (torch.export program)"
+
+    def __init__(self, program) -> None:
+        self.program = program
+        self._names = program_inputs(program)
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self._names)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(o, dtype=np.float32) if np.issubdtype(o.dtype, np.floating) else o
+                for o in run_program(self.program, feeds, self._names)]
