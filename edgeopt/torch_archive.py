@@ -204,7 +204,7 @@ def _check_text(path: Path, program: dict) -> None:
         raise ModelLoadError(f"{path}: the program carries guard code (Python that torch "
                              "would exec); edgeopt never runs code from a model file")
     for key, value in _walk(program.get("graph_module", {}).get("graph", {})):
-        if key == "name" and isinstance(value, str) and not _IDENTIFIER.match(value):
+        if key == "name" and isinstance(value, str) and value and not _IDENTIFIER.match(value):
             raise ModelLoadError(f"{path}: graph name {value[:60]!r} is not an identifier; "
                                  "torch.export writes none such, and FX would turn it into "
                                  "Python source: refusing the file")
