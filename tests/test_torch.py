@@ -14,9 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 
-from conftest import assert_user_error  # noqa: E402
 from torch_models import DataDependent, TwoHeads, WithCond, rewrite_pt2, save_program  # noqa: E402
 
+from conftest import assert_user_error  # noqa: E402
 from edgeopt.errors import ConfigError, ModelLoadError  # noqa: E402
 from edgeopt.model import detect_format, load_model  # noqa: E402
 from edgeopt.torch_module import export_module  # noqa: E402
