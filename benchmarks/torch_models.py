@@ -5,9 +5,9 @@ to ONNX by hand, for pixel-npu (.tflite, w8a8) and host-cpu (.onnx).
 
 Models: torchvision architectures with seeded random weights, and facenet-pytorch's MTCNN
 ONet with the pretrained weights its wheel ships (facenet_pytorch/data/onet.pt). Calibration:
-seeded normal images for the random-weight models; for ONet, the face crops of
-/work/zoo/calib/mtcnn_onet.npz (mtcnn's own (x - 127.5) / 128, the normalisation
-facenet-pytorch uses too), NHWC made NCHW. "by hand" is what a user does without edgeopt's
+seeded normal images for the random-weight models; for ONet, 40 face crops of skimage's
+photographs (benchmarks/zoo.py face_crops), (x - 127.5) / 128 as facenet-pytorch's
+detect_face normalises them, NCHW. "by hand" is what a user does without edgeopt's
 PyTorch input: `torch.onnx.export(module, (x,), "m.onnx", dynamo=True)`, then
 `edgeopt build m.onnx`. Prints a table and writes benchmarks/results/torch_models.json.
 """
@@ -24,7 +24,6 @@ import numpy as np
 from _common import RESULTS_DIR, edgeopt_command, machine_info, print_table, subprocess_env
 
 CALIB_SAMPLES = 32
-ZOO_CALIB = Path("/work/zoo/calib")
 TARGETS = {"pixel-npu": ["--device", "pixel-npu"],
            "host-cpu-onnx": ["--device", "host-cpu", "--format", "onnx"]}
 
@@ -51,8 +50,10 @@ PRETRAINED = {"facenet_onet": "facenet-pytorch 2.6.0 (data/onet.pt)"}
 
 def calibration(name: str, shape: tuple[int, ...], path: Path) -> Path:
     if name == "facenet_onet":
-        crops = np.load(ZOO_CALIB / "mtcnn_onet.npz")["input_3"]
-        data = np.transpose(crops, (0, 3, 1, 2)).astype(np.float32)
+        from zoo import face_crops  # the zoo's face crops of skimage's photographs
+
+        crops = face_crops(np.random.default_rng(0), CALIB_SAMPLES + 8, 48, 48)
+        data = (np.transpose(np.stack(crops), (0, 3, 1, 2)).astype(np.float32) - 127.5) / 128
     else:
         rng = np.random.default_rng(0)
         data = rng.standard_normal((CALIB_SAMPLES, *shape[1:])).astype(np.float32)

@@ -177,3 +177,12 @@ def test_load_program_matches_torch_export_load(two_heads_pt2):
     x = torch.randn(1, 3, 16, 16)
     for a, b in zip(ours.module()(x), theirs.module()(x)):
         assert torch.equal(a, b)
+
+
+def test_inspect_names_the_users_pt2(run_cli, two_heads_pt2):
+    result = run_cli("inspect", two_heads_pt2, "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["model"] == str(two_heads_pt2) and record["format"] == "pt2"
+    assert record["graph_read_from"].endswith("exported from PyTorch")
+    assert record["op_histogram"]["Conv"] == 2
