@@ -30,6 +30,9 @@ from edgeopt.torch_archive import MODEL, Pt2Archive, check_pt2_archive, read_jso
 INSTALL_HINT = "pip install 'edgeopt[torch]' (PyTorch with its ONNX exporter, onnxscript)"
 _PAYLOAD_NAME = {"weights": re.compile(r"^weight_\d+$"), "constants": re.compile(r"^tensor_\d+$")}
 _KEPT_METADATA = ("nn_module_stack",)
+# A weight's name becomes a chain of module attributes (torch's _assign_attr): dotted
+# identifiers only, no dunder that would reach a class or its __dict__.
+_FQN = re.compile(r"^(?!.*(^|\.)__)[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 
 
 def import_torch():
@@ -79,6 +82,9 @@ def _tensor(archive: zipfile.ZipFile, checked: Pt2Archive, kind: str, fqn: str, 
     )
 
     path = checked.path
+    if not _FQN.match(fqn):
+        raise ModelLoadError(f"{path}: {kind} name {fqn[:60]!r} is not a dotted module path; "
+                             "refusing it")
     if not _PAYLOAD_NAME[kind].match(meta.path_name or ""):
         raise ModelLoadError(f"{path}: {kind} entry '{fqn}' points at {meta.path_name!r}, "
                              "which is not a plain tensor payload; refusing it")

@@ -186,3 +186,14 @@ def test_inspect_names_the_users_pt2(run_cli, two_heads_pt2):
     assert record["model"] == str(two_heads_pt2) and record["format"] == "pt2"
     assert record["graph_read_from"].endswith("exported from PyTorch")
     assert record["op_histogram"]["Conv"] == 2
+
+
+def test_weight_names_that_reach_past_modules_are_refused(two_heads_pt2, tmp_path, run_cli):
+    with zipfile.ZipFile(two_heads_pt2) as archive:
+        root = archive.namelist()[0].split("/", 1)[0] + "/"
+        config = json.loads(archive.read(root + "data/weights/model_weights_config.json"))
+    name = next(iter(config["config"]))
+    config["config"]["features.__class__"] = config["config"].pop(name)
+    bad = rewrite_pt2(two_heads_pt2, tmp_path / "bad.pt2", replace={
+        "data/weights/model_weights_config.json": json.dumps(config).encode()})
+    assert_user_error(run_cli("inspect", bad), "not a dotted module path")
