@@ -80,23 +80,49 @@ def _module_path(node) -> str | None:
     return path
 
 
+def _unique(path: str, op_type: str, taken: set[str]) -> str:
+    candidates = [path, f"{path}/{op_type}"]
+    candidates += [f"{path}/{op_type}_{k}" for k in range(1, len(taken) + 2)]
+    return next(c for c in candidates if c not in taken)
+
+
+def _rename_tensors(graph, renamed: dict[str, str]) -> None:
+    """Give each renamed node's output tensors its name (the calibration core's layer
+    report names a layer by its output tensor); graph inputs and outputs keep theirs."""
+    kept = {v.name for v in [*graph.input, *graph.output]} | {t.name for t in graph.initializer}
+    values: dict[str, str] = {}
+    for node in graph.node:
+        if node.name not in renamed:
+            continue
+        outputs = [o for o in node.output if o and o not in kept]
+        for i, old in enumerate(outputs):
+            values[old] = node.name if len(outputs) == 1 else f"{node.name}/out{i}"
+    for node in graph.node:
+        node.input[:] = [values.get(n, n) for n in node.input]
+        node.output[:] = [values.get(n, n) for n in node.output]
+    for info in graph.value_info:
+        info.name = values.get(info.name, info.name)
+
+
 def name_by_module(model) -> int:
-    """Rename nodes after their PyTorch module paths; how many got one. Clears metadata."""
-    taken = {n.name for n in model.graph.node}
-    named = 0
-    for node in model.graph.node:
+    """Rename nodes (and their output tensors) after their PyTorch module paths; how many
+    got one. Clears the exporter's metadata."""
+    graph = model.graph
+    taken = {n.name for n in graph.node} | {v.name for v in [*graph.input, *graph.output]}
+    taken |= {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    renamed: dict[str, str] = {}
+    for node in graph.node:
         path = _module_path(node)
         del node.metadata_props[:]
         if path is None:
             continue
-        candidates = [path, f"{path}/{node.op_type}"]
-        candidates += [f"{path}/{node.op_type}_{k}" for k in range(1, len(taken) + 2)]
-        name = next(c for c in candidates if c not in taken)
-        taken.discard(node.name)
+        name = _unique(path, node.op_type, taken)
         taken.add(name)
+        renamed[name] = node.name
         node.name = name
-        named += 1
-    return named
+    if not any(a.g.node or a.graphs for n in graph.node for a in n.attribute):
+        _rename_tensors(graph, renamed)  # a subgraph would refer to outer names: keep them
+    return len(renamed)
 
 
 def _export(program, path: Path):

@@ -58,7 +58,12 @@ def test_onnx_nodes_are_named_by_pytorch_module_path(two_heads_pt2):
     # The BatchNorm folded into its Conv names the block holding both.
     assert "features.0" in names and "features.1.0" in names and "classifier" in names
     assert handle.torch.named_layers >= 5
-    assert all(not n.metadata_props for n in onnx.load(str(handle.path)).graph.node)
+    graph = onnx.load(str(handle.path)).graph
+    assert all(not n.metadata_props for n in graph.node)
+    # The output tensors carry the names too (the layer report names tensors).
+    by_name = {n.name: n for n in graph.node}
+    assert list(by_name["features.0"].output) == ["features.0"]
+    assert list(by_name["features.0.2"].input) == ["features.0"]  # the ReLU after it
 
 
 def test_reference_runner_is_the_pytorch_program(two_heads_pt2):
