@@ -3,7 +3,8 @@ to ONNX by hand, for pixel-npu (.tflite, w8a8) and host-cpu (.onnx).
 
     python benchmarks/torch_models.py --workdir /work/zoo/h2 [--only resnet18 ...]
 
-Models: torchvision architectures with seeded random weights, and facenet-pytorch's MTCNN
+Models: torchvision architectures with seeded random weights (BatchNorm statistics
+from four batches of random images), and facenet-pytorch's MTCNN
 ONet with the pretrained weights its wheel ships (facenet_pytorch/data/onet.pt). Calibration:
 seeded normal images for the random-weight models; for ONet, 40 face crops of skimage's
 photographs (benchmarks/zoo.py face_crops), (x - 127.5) / 128 as facenet-pytorch's
@@ -29,9 +30,18 @@ TARGETS = {"pixel-npu": ["--device", "pixel-npu"],
 
 
 def _torchvision(name: str):
+    """Random weights, with BatchNorm statistics from random images: at their initial
+    running statistics (mean 0, variance 1) the activations of a fresh MobileNetV3 shrink to
+    ~1e-9 by the logits, and any quantized model of it rightly reads as collapsed."""
+    import torch
     import torchvision
 
-    return getattr(torchvision.models, name)(weights=None).eval(), (1, 3, 224, 224)
+    module = getattr(torchvision.models, name)(weights=None)
+    module.train()
+    with torch.no_grad():
+        for _ in range(4):
+            module(torch.randn(8, 3, 224, 224))
+    return module.eval(), (1, 3, 224, 224)
 
 
 def _onet():
