@@ -25,7 +25,7 @@ GiB = 1 << 30
 # A protobuf and a flatbuffer cannot exceed 2 GiB; a .keras zip holds at most the members
 # keras_archive allows; text files edgeopt reads are small by nature.
 CAPS = {
-    "onnx": 2 * GiB, "tflite": 2 * GiB, "keras": 4 * GiB, "saved_model": 2 * GiB,
+    "onnx": 2 * GiB, "tflite": 2 * GiB, "keras": 4 * GiB, "pt2": 4 * GiB, "saved_model": 2 * GiB,
     "numpy": 8 * GiB, "image": 256 * MiB, "config": 4 * MiB, "labels": 16 * MiB,
     "records": 256 * MiB, "recipe": 4 * MiB, "profile": 4 * MiB, "external_data": 64 * GiB,
 }

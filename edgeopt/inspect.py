@@ -65,8 +65,12 @@ def inspect_model(path: str, device: str | None = None,
     handle = with_input_shapes(load_model(path), input_shapes)
     graph, read_from = graph_of(handle)
     placement = placement_record(handle, device) if device else {}
+    # A .pt2 is read as its ONNX export: name the user's file, and say so.
+    shown = handle.torch.pt2 if handle.torch is not None else handle.path
+    read_from = f"{read_from} exported from PyTorch" if handle.torch is not None else read_from
     return {
-        "model": str(handle.path), "format": handle.format, "size_bytes": handle.size_bytes,
+        "model": str(shown), "format": "pt2" if handle.torch else handle.format,
+        "size_bytes": shown.stat().st_size if handle.torch else handle.size_bytes,
         "inputs": [s.to_json() for s in handle.inputs],
         "outputs": [s.to_json() for s in handle.outputs],
         "graph_read_from": read_from,

@@ -44,7 +44,7 @@ def _mib(n: int) -> str:
     return f"{n / 1024 ** 2:,.1f} MiB"
 
 
-def _name_problem(info: zipfile.ZipInfo) -> str | None:
+def member_name_problem(info: zipfile.ZipInfo) -> str | None:
     """Why a member's name or type could reach outside the extraction folder, if it could."""
     name = info.filename
     parts = name.replace("\\", "/").split("/")
@@ -92,7 +92,7 @@ def _check_members(path: Path, infos: list[zipfile.ZipInfo]) -> None:
         raise ModelLoadError(f"{path}: the archive has {len(infos)} members (at most "
                              f"{MAX_MEMBERS}); refusing to open it")
     for info in infos:
-        if problem := _name_problem(info):
+        if problem := member_name_problem(info):
             raise ModelLoadError(f"{path}: archive member '{info.filename}' {problem}; "
                                  "refusing to open it")
     if "config.json" not in names:

@@ -224,6 +224,28 @@ class Parity:
 
 
 @dataclass(frozen=True)
+class TorchOutputParity:
+    """One output of a .pt2's ONNX export against the PyTorch program."""
+
+    name: str
+    samples: int = field(metadata=NON_NEGATIVE)
+    max_abs: float
+    cosine: float
+
+
+@dataclass(frozen=True)
+class TorchExport:
+    """A PyTorch .pt2 program exported to ONNX by edgeopt before the build."""
+
+    exporter: str
+    torch_version: str = field(metadata={"description": "the torch that exported it to ONNX"})
+    parity: Parity
+    outputs: list[TorchOutputParity]
+    named_layers: int = field(metadata={
+        "description": "ONNX nodes named by their PyTorch module path (features.3.conv.0)"})
+
+
+@dataclass(frozen=True)
 class Conversion:
     """How the source became the artifact's format."""
 
@@ -234,6 +256,7 @@ class Conversion:
         description="input name -> the transpose from the source layout (NCHW -> NHWC)")
     parity: Parity | None = None
     note: str | None = None
+    torch_export: TorchExport | None = None
 
 
 @dataclass(frozen=True)

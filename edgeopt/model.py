@@ -6,13 +6,17 @@
 
 The format is told from the content, not the file name: TFLite files carry `TFL3` at
 byte 4, `.keras` archives are zips with `config.json`, SavedModels are folders with
-`saved_model.pb`, and ONNX is a protobuf that must parse and pass the checker.
+`saved_model.pb`, and ONNX is a protobuf that must parse and pass the checker. A PyTorch
+`.pt2` (torch.export.save) is a zip with `models/model.json`: it is checked without
+torch.export.load (edgeopt.torch_archive, edgeopt.torch_program), exported to ONNX
+(edgeopt.torch_onnx) and handed on as that ONNX model, with `torch` saying where it came from.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,8 +33,12 @@ from edgeopt.tf_env import quiet_tensorflow
 from edgeopt.tflite_ops import check_tflite_ops
 from edgeopt.tflite_prepare import prepare_tflite
 from edgeopt.tflite_reader import read_tflite
+from edgeopt.torch_archive import looks_like_pt2
+from edgeopt.torch_onnx import TorchOrigin, export_pt2
 
-FORMATS = ("onnx", "keras", "saved_model", "tflite")
+FORMATS = ("onnx", "keras", "saved_model", "tflite", "pt2")
+# The exported .onnx of each .pt2 this process loaded, removed when the process ends.
+_EXPORTS: list[tempfile.TemporaryDirectory] = []
 
 # ONNX TensorProto element types -> numpy dtype names.
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -65,6 +73,8 @@ class ModelHandle:
     # changed; None when the file is read as it is.
     prepared: bytes | None = None
     preparation: tuple[str, ...] = ()
+    # A .pt2 input: the program and its ONNX export's parity (the handle is the ONNX).
+    torch: TorchOrigin | None = None
 
     @property
     def size_bytes(self) -> int:
@@ -148,7 +158,7 @@ def detect_format(path: Path) -> str:
     if head[4:8] == b"TFL3":
         return "tflite"
     if head.startswith(b"PK\x03\x04"):
-        return "keras"
+        return "pt2" if _zip_is_pt2(path) else "keras"
     if head.startswith(b"\x89HDF"):
         raise ModelLoadError(
             f"{path} is a legacy HDF5 Keras file; re-save it as .keras (model.save('m.keras'))")
@@ -156,6 +166,14 @@ def detect_format(path: Path) -> str:
         raise ModelLoadError(f"{path} is not a model edgeopt can read (not TFLite, Keras, "
                              "SavedModel, and it does not start as an ONNX protobuf does)")
     return "onnx"
+
+
+def _zip_is_pt2(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return looks_like_pt2(archive.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False  # the Keras archive check says what is wrong with the zip
 
 
 def load_model(path: str | os.PathLike) -> ModelHandle:
@@ -166,6 +184,8 @@ def load_model(path: str | os.PathLike) -> ModelHandle:
         check_regular(path, f"{fmt} model", ModelLoadError, CAPS[fmt])
     if fmt == "tflite":
         return _load_tflite(path)
+    if fmt == "pt2":
+        return _load_pt2(path)
     reader = {"onnx": _onnx_signature, "keras": _keras_signature,
               "saved_model": _saved_model_signature}[fmt]
     inputs, outputs = reader(path)
@@ -192,6 +212,14 @@ def _load_tflite(path: Path) -> ModelHandle:
     inputs, outputs = _tflite_signature(path, content)
     return _handle(path, "tflite", inputs, outputs, prepared=content,
                    preparation=prepared.notes)
+
+
+def _load_pt2(path: Path) -> ModelHandle:
+    """The ONNX export of a checked PyTorch program, loaded as any .onnx is."""
+    folder = tempfile.TemporaryDirectory(prefix="edgeopt-pt2-", ignore_cleanup_errors=True)
+    _EXPORTS.append(folder)
+    onnx_path, origin = export_pt2(path, Path(folder.name))
+    return replace(load_model(onnx_path), torch=origin)
 
 
 # --- ONNX -------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ edgeopt runs the user's graphs (to check parity, calibrate and validate), so a g
 that reads or writes files, starts processes, reaches the network or calls back into
 Python would do so on the user's machine. Before anything runs, every op a model can run
 is looked up in an allowlist of op kinds (`ops_tensorflow.toml`, `ops_onnx.toml`,
-`ops_tflite.toml`: generated from the libraries' registries by `op_allowlist_make.py`,
-with the families left out and why). The first op not listed ends the command:
+`ops_tflite.toml`, `ops_torch.toml`: generated from the libraries' registries by
+`op_allowlist_make.py`, with the families left out and why). The first op not listed ends
+the command:
 
     >>> check_ops("tensorflow", {"ReadFile": "function serve"}, "m")  # doctest: +SKIP
     ModelLoadError: m: refusing op ReadFile (in function serve): it is one of the ops that
@@ -28,7 +29,7 @@ from edgeopt.errors import ModelLoadError
 
 HERE = Path(__file__).resolve().parent
 SHOWN = 4  # other refused op kinds named after the first
-LIBRARY = {"tensorflow": "TensorFlow", "onnx": "ONNX", "tflite": "TFLite"}
+LIBRARY = {"tensorflow": "TensorFlow", "onnx": "ONNX", "tflite": "TFLite", "torch": "PyTorch"}
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from edgeopt.tf_env import quiet_tensorflow
 
 HERE = Path(__file__).resolve().parent
 FILES = {"tensorflow": HERE / "ops_tensorflow.toml", "onnx": HERE / "ops_onnx.toml",
-         "tflite": HERE / "ops_tflite.toml"}
+         "tflite": HERE / "ops_tflite.toml", "torch": HERE / "ops_torch.toml"}
 _IO_NAMES = re.compile(r"file|path|pattern|logdir|prefix|stream|dir$|url|address|target|host|"
                        r"channel|debug", re.I)
 
@@ -58,8 +58,18 @@ def tflite_registry() -> dict[str, list[str]]:
     return {name: [] for name in names}
 
 
+def torch_registry() -> dict[str, list[str]]:
+    """'aten.<op>' for every aten operator torch registers (all overloads of a name alike);
+    other namespaces (prims, quantized, c10d, custom libraries) are not listed, so refused."""
+    import torch
+
+    names = torch._C._dispatch_get_all_op_names()
+    return {f"aten.{n[len('aten::'):].split('.')[0]}": [] for n in names
+            if n.startswith("aten::")}
+
+
 REGISTRIES = {"tensorflow": tensorflow_registry, "onnx": onnx_registry,
-              "tflite": tflite_registry}
+              "tflite": tflite_registry, "torch": torch_registry}
 
 
 def allowed_ops(registry: dict[str, list[str]], table: dict) -> list[str]:

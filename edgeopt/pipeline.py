@@ -60,6 +60,7 @@ from edgeopt.tflite_metadata import (
 )
 from edgeopt.tflite_prepare import given_scheme
 from edgeopt.tflite_reader import read_tflite
+from edgeopt.torch_program import ProgramRunner
 from edgeopt.validate import Validation, check_collapsed, compare
 
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
@@ -353,10 +354,10 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
         "validation": _validation_record(validation, artifact, config),
         "placement": None, "estimate": None,  # filled, or explained, by the records below
         "conversion": artifact.conversion,
-        "sizes": {"source_bytes": handle.size_bytes, "float_tflite_bytes":
+        "sizes": {"source_bytes": _source_record(handle)["size_bytes"], "float_tflite_bytes":
                   artifact.conversion.get("float_tflite_bytes"),
                   "artifact_bytes": len(artifact.content)},
-        "source": {"file": handle.path.name, "format": handle.format},
+        "source": {k: v for k, v in _source_record(handle).items() if k != "size_bytes"},
         "data": _data_record(config, calib, evaluation),
         "preprocessing": _preprocessing(calib, artifact.conversion),
         "notes": notes,
@@ -369,6 +370,21 @@ def _manifest(config, profile, handle, artifact, specs, validation: Validation,
     _placement_record(manifest, placement, handle.stem)
     _quantization_record(manifest, artifact.quant)
     return manifest
+
+
+def _source_record(handle: ModelHandle) -> dict:
+    """The file the user gave: a .pt2, not the ONNX edgeopt exported from it."""
+    if handle.torch is not None:
+        path = handle.torch.pt2
+        return {"file": path.name, "format": "pt2", "size_bytes": path.stat().st_size}
+    return {"file": handle.path.name, "format": handle.format, "size_bytes": handle.size_bytes}
+
+
+def _reference_runner(handle: ModelHandle, keras_model):
+    """What the artifact is validated against: the PyTorch program for a .pt2 input."""
+    if handle.torch is not None:
+        return ProgramRunner(handle.torch.program)
+    return make_runner(handle, keras_model=keras_model)
 
 
 LAYER_REPORT_ROWS = 50
@@ -589,8 +605,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     keras_model = None
     if handle.format == "keras":
         keras_model = load_keras(handle.path)
-    progress(f"running the float {handle.format} model on {evaluation.count} samples")
-    reference = run_dataset(make_runner(handle, keras_model=keras_model), evaluation.arrays)
+    progress(f"running the float {'PyTorch' if handle.torch else handle.format} model on "
+             f"{evaluation.count} samples")
+    reference = run_dataset(_reference_runner(handle, keras_model), evaluation.arrays)
     with tempfile.TemporaryDirectory(prefix="edgeopt-build-") as tmp:
         workdir = Path(tmp)
         source, keras_model, compression = compress_stage(handle, keras_model, config, calib,
@@ -607,6 +624,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                                 progress)
         if rewrite is not None:
             artifact = rewrite.artifact
+        if handle.torch is not None:  # the .pt2's ONNX export, checked against the program
+            artifact = replace(artifact, conversion={
+                **artifact.conversion, "torch_export": handle.torch.record()})
         if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
             artifact = with_build_metadata(artifact, config, handle, profile,
                                            _preprocessing(calib, artifact.conversion))

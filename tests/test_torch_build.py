@@ -1,0 +1,83 @@
+"""Whole builds from PyTorch (issue 17): edgeopt.build(module), `edgeopt build model.pt2` for a
+.tflite and an .onnx target, quantize and compress; each runs the real exporter, onnx2tf,
+the quantizers and LiteRT/onnxruntime, so they are slow."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+
+from torch_models import TwoHeads, save_program  # noqa: E402
+
+import edgeopt  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+MODULE_PATHS = ("features.0", "features.1.0", "classifier", "box")
+
+
+@pytest.fixture(scope="module")
+def heads_pt2(tmp_path_factory):
+    return save_program(TwoHeads(), (1, 3, 16, 16), tmp_path_factory.mktemp("pt2") / "heads.pt2")
+
+
+@pytest.fixture(scope="module")
+def calib(tmp_path_factory):
+    path = tmp_path_factory.mktemp("calib") / "calib.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.standard_normal((40, 3, 16, 16)).astype(np.float32))
+    return path
+
+
+def test_api_builds_a_module_for_the_npu_validated_against_pytorch(tmp_path, calib):
+    result = edgeopt.build(TwoHeads(), example_inputs=(torch.randn(1, 3, 16, 16),),
+                           device="pixel-npu", calib=str(calib), output=str(tmp_path / "dist"))
+    manifest = result.manifest
+    assert manifest["source"] == {"file": "twoheads.pt2", "format": "pt2"}
+    conversion = manifest["conversion"]
+    assert conversion["input_layout_changes"] == {"x": [0, 2, 3, 1]}  # NCHW -> NHWC
+    assert [o["name"] for o in conversion["torch_export"]["outputs"]] == \
+        [o["name"] for o in manifest["outputs"]]
+    assert conversion["torch_export"]["parity"]["cosine"] > 0.9999
+    assert conversion["parity"]["cosine"] > 0.9999  # the float .tflite against PyTorch
+    assert [o["name"] for o in manifest["validation"]["outputs"]] == \
+        [o["name"] for o in manifest["outputs"]]
+    assert all(o["sqnr_db"] > 20 for o in manifest["validation"]["outputs"])
+    assert manifest["placement"]["cpu_ops"] == 0
+    assert manifest["estimate"]["latency_ms"] > 0
+    assert (tmp_path / "dist" / "report.html").is_file()
+
+
+def test_pt2_onnx_build_reports_layers_by_module_path(run_cli, heads_pt2, calib, tmp_path):
+    out = tmp_path / "dist"
+    result = run_cli("build", heads_pt2, "--device", "host-cpu", "--format", "onnx",
+                     "--calib", calib, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    layers = [row["layer"] for row in manifest["quantization"]["layer_report"]]
+    # A layer whose output is a model output keeps that output's name.
+    known = {*MODULE_PATHS, *(o["name"] for o in manifest["outputs"])}
+    assert layers and all(layer.split("/")[0] in known for layer in layers), layers
+    assert "features.0" in layers
+    assert manifest["model"]["format"] == "onnx"
+    assert "features.0" in (out / "report.html").read_text()
+
+
+def test_quantize_and_compress_take_a_pt2(run_cli, heads_pt2, calib, tmp_path):
+    quantized = tmp_path / "q.tflite"
+    result = run_cli("quantize", heads_pt2, "--calib", calib, "--scheme", "w8a8", "-o",
+                     quantized)
+    assert result.exit_code == 0, result.stderr
+    assert quantized.read_bytes()[4:8] == b"TFL3"
+    out = tmp_path / "pruned"
+    result = run_cli("build", heads_pt2, "--device", "host-cpu", "--format", "onnx",
+                     "--calib", calib, "--prune", "0.25", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["compression"]["size_bytes"]["after"] < \
+        manifest["compression"]["size_bytes"]["before"]
