@@ -19,8 +19,8 @@ held-out family's rows. The profile stores its fit, the rows, the families, the 
 |error| and the p10/p90 of the CV log-residuals (fitted.py), from which estimates get
 their interval. Families differ more from each other than rows within one family do, so
 the plain p10-p90 of the residuals covers fewer than 80% of a new family's rows; the
-stored bounds are *calibrated* (`calibrated_bounds`): the residual quantiles are widened
-until, family by family, the interval made without a family covers 80% of its rows.
+stored bounds are *calibrated* (`calibrated_bounds`): the p10-p90 is widened around the
+median until, family by family, the interval made without a family covers 80% of its rows.
 
     >>> results = fit_corpus(load_corpus(), ["coral-usb"])            # doctest: +SKIP
     >>> results[0].chosen.cv_median_abs_error                         # doctest: +SKIP
@@ -202,18 +202,25 @@ def log_residuals(measured: Sequence[float], predicted: Sequence[float]) -> np.n
 
 
 COVERAGE = 0.8   # the share of held-out rows an interval is meant to cover (p10-p90)
-LEVELS = np.linspace(0.10, 0.0, 21)   # lower-tail quantile levels tried, widest last
+WIDENINGS = np.arange(1.0, 4.01, 0.05)   # factors tried on the p10-p90 half-widths
 
 
-def family_coverage(residuals: np.ndarray, families: np.ndarray, level: float) -> float:
-    """Share of rows inside the [level, 1 - level] quantiles of the *other* families'
-    residuals (nan with fewer than two families)."""
+def widened(residuals: np.ndarray, factor: float) -> tuple[float, float]:
+    """The p10-p90 of ``residuals`` with each half (around the median) times ``factor``."""
+    low, mid, high = np.quantile(residuals, [0.1, 0.5, 0.9])
+    return float(mid + factor * (low - mid)), float(mid + factor * (high - mid))
+
+
+def family_coverage(residuals: np.ndarray, families: np.ndarray, factor: float = 1.0
+                    ) -> float:
+    """Share of rows inside the `widened` p10-p90 of the *other* families' residuals (nan
+    with fewer than two families)."""
     inside = []
     for family in np.unique(families):
         others = residuals[families != family]
         if len(others) < 2:
             continue
-        low, high = np.quantile(others, [level, 1.0 - level])
+        low, high = widened(others, factor)
         held = residuals[families == family]
         inside.extend((held >= low) & (held <= high))
     return float(np.mean(inside)) if inside else float("nan")
@@ -221,13 +228,12 @@ def family_coverage(residuals: np.ndarray, families: np.ndarray, level: float) -
 
 def calibrated_bounds(residuals: Sequence[float], families: Sequence[str],
                       coverage: float = COVERAGE) -> tuple[float, float]:
-    """(low, high) log-residual bounds: the [q, 1 - q] quantiles of ``residuals`` with the
-    largest q (from 0.10 down to 0: min and max) whose leave-one-family-out coverage
-    reaches ``coverage``."""
+    """(low, high) log-residual bounds: the p10-p90 of ``residuals`` widened by the smallest
+    factor (1 to 4) whose leave-one-family-out coverage reaches ``coverage``."""
     r, f = np.asarray(residuals, float), np.asarray(families)
-    level = next((q for q in LEVELS if not family_coverage(r, f, q) < coverage), 0.0)
-    low, high = np.quantile(r, [level, 1.0 - level])
-    return float(low), float(high)
+    factor = next((k for k in WIDENINGS if not family_coverage(r, f, k) < coverage),
+                  WIDENINGS[-1])
+    return widened(r, float(factor))
 
 
 def median_abs_error(measured: Sequence[float], predicted: Sequence[float]) -> float:
