@@ -59,7 +59,6 @@ KERAS_STANDINS: dict[str, tuple[str, float | None]] = {
     "mobilenet_v3_small": ("MobileNetV3Small", None),
     "nasnet_large": ("NASNetLarge", None),
     "nasnet_mobile": ("NASNetMobile", None),
-    "regnet_y_800mf": ("RegNetY008", None),
     "resnet101": ("ResNet101", None),
     "resnet152_v2": ("ResNet152V2", None),
     "resnet50": ("ResNet50", None),
