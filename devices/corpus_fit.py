@@ -30,6 +30,7 @@ median until, family by family, the interval made without a family covers 80% of
 from __future__ import annotations
 
 import math
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,7 +43,7 @@ from edgeopt.devices.corpus_map import PROFILE_ROWS, profile_rows
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.estimator import resolve_assignment
 from edgeopt.devices.fit import FitConfig, Sample, fit_profile
-from edgeopt.devices.fitted import FIT_METHODS, FitBasis, scale_times
+from edgeopt.devices.fitted import FIT_METHODS, FitBasis, parse_fit, scale_times
 from edgeopt.devices.profile import DeviceProfile, _profile_files, parse_profile
 from edgeopt.devices.standins import build, cached, standin_for
 from edgeopt.errors import DeviceError
@@ -323,6 +324,7 @@ def write_fit(result: ProfileFit, folder: Path) -> Path:
     read back before it is kept, so a bad table never lands."""
     path = Path(folder) / f"{result.name}.toml"
     text = prior_text(Path(result.prior.path)) + "\n" + fit_toml(result.chosen)
+    parse_fit(path, tomllib.loads(text))   # checked before anything is written
     written = write_file_atomic(path, text, make_parents=True)
     parse_profile(written)
     return written

@@ -15,6 +15,7 @@ from edgeopt.devices.corpus_fit import (
     calibrated_bounds,
     family_coverage,
     prior_profile,
+    prior_text,
     widened,
 )
 from edgeopt.devices.corpus_map import PROFILE_ROWS, profile_rows
@@ -24,6 +25,7 @@ from edgeopt.devices.profile import all_profiles, load_profile, profile_names
 from edgeopt.devices.render import render_comparison, render_estimate
 from edgeopt.devices.result import ENERGY_BASIS, ENERGY_INTERVAL
 from edgeopt.devices.standins import StandIn, keras_model, standin_for
+from edgeopt.errors import DeviceError
 from edgeopt.tflite_reader import read_tflite
 
 
@@ -132,3 +134,19 @@ def test_new_standins_are_read_from_the_corpus_rows():
                            ("vit_tiny", "ViTTiny16"), ("squeezenet1_1", "SqueezeNet11")):
         row = next(r for r in rows if r.model == model and r.precision in ("fp16", "int8"))
         assert standin_for(row).builder == builder
+
+
+def test_a_fit_table_with_a_zero_overhead_loads_and_a_zero_efficiency_does_not(tmp_path):
+    # NNLS puts an unneeded overhead at exactly 0 (the Snapdragon 8 Elite fit did); the
+    # loader rejected it and the written profile failed to load
+    prior = prior_text(prior_profile("snapdragon-npu").path)
+    table = ('\n[fit]\nmethod = "opclass"\nrows = 2\nfamilies = ["a", "b"]\ndevices = ["x"]\n'
+             'cv_rows = 2\ncv_median_abs_error = 0.1\ncv_log_residual_p10 = -0.1\n'
+             'cv_log_residual_p90 = 0.1\n[fit.values]\n')
+    good = tmp_path / "good.toml"
+    good.write_text(prior + table + '"ovh/npu/conv" = 0.0\n')
+    assert load_profile(str(good)).tables().unit("npu").overhead_for("conv") == 0.0
+    bad = tmp_path / "bad.toml"
+    bad.write_text(prior + table + '"eff/npu/int8/conv" = 0.0\n')
+    with pytest.raises(DeviceError, match="'fit'"):
+        load_profile(str(bad))
