@@ -43,7 +43,8 @@ from edgeopt.devices.corpus_map import PROFILE_ROWS, profile_rows
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.estimator import resolve_assignment
 from edgeopt.devices.fit import FitConfig, Sample, fit_profile
-from edgeopt.devices.fitted import FIT_METHODS, FitBasis, parse_fit, scale_times
+from edgeopt.devices.fitted import FIT_METHODS, FitBasis, apply_values, parse_fit, scale_times
+from edgeopt.devices.nnls import nnls
 from edgeopt.devices.profile import DeviceProfile, _profile_files, parse_profile
 from edgeopt.devices.standins import build, cached, standin_for
 from edgeopt.errors import DeviceError
@@ -168,6 +169,8 @@ def merged(samples: Sequence[Sample]) -> list[Sample]:
 def fit_method(samples: Sequence[Sample], prior: DeviceProfile, method: str
                ) -> tuple[DeviceProfile, dict, float]:
     """(fitted profile, fitted values, scale) of one method on ``samples``."""
+    if method == "affine":
+        return fit_affine(samples, prior)
     if method in ("scale", "scaled-opclass"):
         ratios = [math.log(s.measured_s / p) for s, p in zip(samples, predict_s(samples, prior))]
         scale = float(math.exp(np.median(ratios)))
@@ -179,6 +182,24 @@ def fit_method(samples: Sequence[Sample], prior: DeviceProfile, method: str
         return result.apply(scaled), dict(result.values), scale
     result = fit_profile(merged(samples), prior, FitConfig(iterations=ITERATIONS))
     return result.apply(prior), dict(result.values), 1.0
+
+
+def fit_affine(samples: Sequence[Sample], prior: DeviceProfile
+               ) -> tuple[DeviceProfile, dict, float]:
+    """latency = a + b x (the prior's estimate), a and b >= 0 by least squares on relative
+    errors: the prior's shape for the part that grows with the model, a fixed per-invoke
+    cost for the rest (the main unit's invoke overhead, the one value it replaces)."""
+    predicted = np.asarray(predict_s(samples, prior))
+    measured = np.array([s.measured_s for s in samples])
+    weight = np.sqrt([s.weight for s in samples])
+    a_mat = np.column_stack([1.0 / measured, predicted / measured]) * weight[:, None]
+    a, b = nnls(a_mat, weight * 1.0)
+    b = float(b) if b > 0 else 1.0
+    hw = prior.tables()
+    unit = hw.main_unit
+    values = {("invoke", unit): float(a) + b * hw.unit(unit).invoke_overhead.value}
+    scaled = replace(prior, hardware=apply_values(scale_times(hw, b, "fit"), values, "fit"))
+    return scaled, values, b
 
 
 def cross_validate(samples: Sequence[RowSample], prior: DeviceProfile, method: str,

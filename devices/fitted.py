@@ -38,7 +38,9 @@ from edgeopt.devices.hardware import ComputeUnit, Hardware
 from edgeopt.errors import DeviceError
 
 PRIOR_BASIS = "prior: unvalidated"
-FIT_METHODS = ("opclass", "scale", "scaled-opclass")
+# "affine": every time figure times `scale`, and the main unit's invoke overhead fitted:
+# latency = a + b x prior estimate, two numbers (corpus_fit.py)
+FIT_METHODS = ("opclass", "scale", "scaled-opclass", "affine")
 # "prior": checked against the rows, and no fit predicted held-out rows better
 METHODS = (*FIT_METHODS, "prior")
 # ("eff", unit, dtype, kind) | ("ovh", unit, kind) | ("invoke", unit) | ("bw", level)
