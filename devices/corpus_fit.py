@@ -17,7 +17,10 @@ error is kept (the prior figures themselves when none beats them, marked "valida
 Cross validation: for each model family, fit on the other families' rows and predict the
 held-out family's rows. The profile stores its fit, the rows, the families, the CV median
 |error| and the p10/p90 of the CV log-residuals (fitted.py), from which estimates get
-their interval.
+their interval. Families differ more from each other than rows within one family do, so
+the plain p10-p90 of the residuals covers fewer than 80% of a new family's rows; the
+stored bounds are *calibrated* (`calibrated_bounds`): the p10-p90 is widened around the
+median until, family by family, the interval made without a family covers 80% of its rows.
 
     >>> results = fit_corpus(load_corpus(), ["coral-usb"])            # doctest: +SKIP
     >>> results[0].chosen.cv_median_abs_error                         # doctest: +SKIP
@@ -27,6 +30,7 @@ their interval.
 from __future__ import annotations
 
 import math
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +43,8 @@ from edgeopt.devices.corpus_map import PROFILE_ROWS, profile_rows
 from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.estimator import resolve_assignment
 from edgeopt.devices.fit import FitConfig, Sample, fit_profile
-from edgeopt.devices.fitted import FIT_METHODS, FitBasis, scale_times
+from edgeopt.devices.fitted import FIT_METHODS, FitBasis, apply_values, parse_fit, scale_times
+from edgeopt.devices.nnls import nnls
 from edgeopt.devices.profile import DeviceProfile, _profile_files, parse_profile
 from edgeopt.devices.standins import build, cached, standin_for
 from edgeopt.errors import DeviceError
@@ -164,6 +169,8 @@ def merged(samples: Sequence[Sample]) -> list[Sample]:
 def fit_method(samples: Sequence[Sample], prior: DeviceProfile, method: str
                ) -> tuple[DeviceProfile, dict, float]:
     """(fitted profile, fitted values, scale) of one method on ``samples``."""
+    if method == "affine":
+        return fit_affine(samples, prior)
     if method in ("scale", "scaled-opclass"):
         ratios = [math.log(s.measured_s / p) for s, p in zip(samples, predict_s(samples, prior))]
         scale = float(math.exp(np.median(ratios)))
@@ -175,6 +182,24 @@ def fit_method(samples: Sequence[Sample], prior: DeviceProfile, method: str
         return result.apply(scaled), dict(result.values), scale
     result = fit_profile(merged(samples), prior, FitConfig(iterations=ITERATIONS))
     return result.apply(prior), dict(result.values), 1.0
+
+
+def fit_affine(samples: Sequence[Sample], prior: DeviceProfile
+               ) -> tuple[DeviceProfile, dict, float]:
+    """latency = a + b x (the prior's estimate), a and b >= 0 by least squares on relative
+    errors: the prior's shape for the part that grows with the model, a fixed per-invoke
+    cost for the rest (the main unit's invoke overhead, the one value it replaces)."""
+    predicted = np.asarray(predict_s(samples, prior))
+    measured = np.array([s.measured_s for s in samples])
+    weight = np.sqrt([s.weight for s in samples])
+    a_mat = np.column_stack([1.0 / measured, predicted / measured]) * weight[:, None]
+    a, b = nnls(a_mat, weight * 1.0)
+    b = float(b) if b > 0 else 1.0
+    hw = prior.tables()
+    unit = hw.main_unit
+    values = {("invoke", unit): float(a) + b * hw.unit(unit).invoke_overhead.value}
+    scaled = replace(prior, hardware=apply_values(scale_times(hw, b, "fit"), values, "fit"))
+    return scaled, values, b
 
 
 def cross_validate(samples: Sequence[RowSample], prior: DeviceProfile, method: str,
@@ -196,6 +221,41 @@ def cross_validate(samples: Sequence[RowSample], prior: DeviceProfile, method: s
 def log_residuals(measured: Sequence[float], predicted: Sequence[float]) -> np.ndarray:
     """log(measured / estimated) per row."""
     return np.log(np.asarray(measured) / np.asarray(predicted))
+
+
+COVERAGE = 0.8   # the share of held-out rows an interval is meant to cover (p10-p90)
+WIDENINGS = np.arange(1.0, 4.01, 0.05)   # factors tried on the p10-p90 half-widths
+
+
+def widened(residuals: np.ndarray, factor: float) -> tuple[float, float]:
+    """The p10-p90 of ``residuals`` with each half (around the median) times ``factor``."""
+    low, mid, high = np.quantile(residuals, [0.1, 0.5, 0.9])
+    return float(mid + factor * (low - mid)), float(mid + factor * (high - mid))
+
+
+def family_coverage(residuals: np.ndarray, families: np.ndarray, factor: float = 1.0
+                    ) -> float:
+    """Share of rows inside the `widened` p10-p90 of the *other* families' residuals (nan
+    with fewer than two families)."""
+    inside = []
+    for family in np.unique(families):
+        others = residuals[families != family]
+        if len(others) < 2:
+            continue
+        low, high = widened(others, factor)
+        held = residuals[families == family]
+        inside.extend((held >= low) & (held <= high))
+    return float(np.mean(inside)) if inside else float("nan")
+
+
+def calibrated_bounds(residuals: Sequence[float], families: Sequence[str],
+                      coverage: float = COVERAGE) -> tuple[float, float]:
+    """(low, high) log-residual bounds: the p10-p90 of ``residuals`` widened by the smallest
+    factor (1 to 4) whose leave-one-family-out coverage reaches ``coverage``."""
+    r, f = np.asarray(residuals, float), np.asarray(families)
+    factor = next((k for k in WIDENINGS if not family_coverage(r, f, k) < coverage),
+                  WIDENINGS[-1])
+    return widened(r, float(factor))
 
 
 def median_abs_error(measured: Sequence[float], predicted: Sequence[float]) -> float:
@@ -242,7 +302,7 @@ def _basis(name: str, samples: Sequence[RowSample], best: MethodResult) -> FitBa
     residuals = log_residuals(measured, best.cv_predicted_s)
     families = tuple(sorted({s.row.model_family for s in samples}))
     devices = tuple(sorted({s.row.device for s in samples}))
-    p10, p90 = (float(v) for v in np.quantile(residuals, [0.1, 0.9]))
+    p10, p90 = calibrated_bounds(residuals, [s.row.model_family for s in samples])
     rows_of = PROFILE_ROWS[name].describes if name in PROFILE_ROWS else name
     source = (f"fitted by `edgeopt devices fit` ({best.method}) to {len(samples)} published "
               f"rows of {rows_of} (devices/measurements), leave-one-family-out CV")
@@ -285,6 +345,7 @@ def write_fit(result: ProfileFit, folder: Path) -> Path:
     read back before it is kept, so a bad table never lands."""
     path = Path(folder) / f"{result.name}.toml"
     text = prior_text(Path(result.prior.path)) + "\n" + fit_toml(result.chosen)
+    parse_fit(path, tomllib.loads(text))   # checked before anything is written
     written = write_file_atomic(path, text, make_parents=True)
     parse_profile(written)
     return written

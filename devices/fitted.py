@@ -38,7 +38,9 @@ from edgeopt.devices.hardware import ComputeUnit, Hardware
 from edgeopt.errors import DeviceError
 
 PRIOR_BASIS = "prior: unvalidated"
-FIT_METHODS = ("opclass", "scale", "scaled-opclass")
+# "affine": every time figure times `scale`, and the main unit's invoke overhead fitted:
+# latency = a + b x prior estimate, two numbers (corpus_fit.py)
+FIT_METHODS = ("opclass", "scale", "scaled-opclass", "affine")
 # "prior": checked against the rows, and no fit predicted held-out rows better
 METHODS = (*FIT_METHODS, "prior")
 # ("eff", unit, dtype, kind) | ("ovh", unit, kind) | ("invoke", unit) | ("bw", level)
@@ -120,7 +122,9 @@ def _parse(table: Mapping[str, Any]) -> FitBasis:
     values: dict[Key, float] = {}
     for text, value in dict(table.get("values", {})).items():
         key = tuple(text.split("/"))
-        if _KEY_PARTS.get(key[0]) != len(key) or not float(value) > 0:
+        # a time (overhead, invoke, sync) may fit to zero; an efficiency or bandwidth may not
+        floor_ok = float(value) >= 0 if key[0] in ("ovh", "invoke", "sync") else float(value) > 0
+        if _KEY_PARTS.get(key[0]) != len(key) or not floor_ok:
             raise ValueError(f"bad value {text!r} = {value!r}")
         values[key] = _internal(key, float(value))
     return FitBasis(table["method"], int(table["rows"]), tuple(table["families"]),

@@ -18,7 +18,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def render_estimate(est: Estimate, top: int = 0, notes: Sequence[str] = ()) -> str:
     """Total, placement, per-op breakdown (the ``top`` slowest, or all), transfers, notes."""
     placement = est.placement
-    lines = [f"{est.device}: {est.latency_ms:.3f} ms, {est.energy_mj:.4f} mJ per inference "
+    lines = [f"{est.device}: {_latency(est)}, {_energy(est)} per inference "
              f"({est.precision})",
              _basis_line(est),
              f"placement: {placement['delegated_ops']} op(s) on {_main_units(est)}, "
@@ -64,6 +64,17 @@ def latency_text(latency_ms: float, interval_ms: Sequence[float] | None, basis: 
     return f"{significant(latency_ms, digits)} ms (p10-p90 {low}-{high} ms; {basis})"
 
 
+def _latency(est: Estimate) -> str:
+    """The latency to the figures its interval allows (``~3 ms`` for a prior)."""
+    interval = [t * 1e3 for t in est.interval_s] if est.interval_s else None
+    return f"{figure_text(est.latency_ms, interval)} ms"
+
+
+def _energy(est: Estimate) -> str:
+    """The modelled energy: one figure (its stated range is a factor of 4)."""
+    return f"~{significant(est.energy_mj, 1)} mJ (modelled)"
+
+
 def _basis_line(est: Estimate) -> str:
     """The estimate's basis and its p10-p90 range, to the figures the range allows."""
     if est.interval_s is None:
@@ -87,7 +98,8 @@ def render_comparison(results: Sequence[tuple[str, Estimate | None, str]]) -> st
             rows.append((device, "-", "-", "-", "-", "-", _short(error)))
             continue
         p = est.placement
-        rows.append((device, f"{est.latency_ms:.3f}", f"{est.energy_mj:.4f}",
+        rows.append((device, _latency(est).removesuffix(" ms"),
+                     _energy(est).removesuffix(" mJ (modelled)"),
                      f"{p['delegated_ops']}/{p['delegated_ops'] + p['cpu_ops']}",
                      len(p["partitions"]), _short_basis(est), est.precision))
     return table(("device", "ms", "mJ", "delegated", "partitions", "basis",
@@ -96,9 +108,19 @@ def render_comparison(results: Sequence[tuple[str, Estimate | None, str]]) -> st
 
 def _short_basis(est: Estimate) -> str:
     """"prior" or the CV median error of the fit, for the comparison table."""
-    if est.interval_s is None:
+    return short_basis(est.basis, est.interval_s)
+
+
+def short_basis(basis: str, interval: Sequence[float] | None) -> str:
+    """``prior, unvalidated`` or ``fit 41 rows, CV ±14%``: a basis for a table cell."""
+    if not interval:
         return "prior, unvalidated"
-    return est.basis.replace("fitted: ", "fit ").replace("CV median error ", "CV ±")
+    return basis.replace("fitted: ", "fit ").replace("CV median error ", "CV ±")
+
+
+def figure_text(value: float, interval: Sequence[float] | None) -> str:
+    """A latency to the figures its interval allows, ``~`` before a prior's one figure."""
+    return f"{'' if interval else '~'}{significant(value, figure_digits(value, interval))}"
 
 
 def _short(text: str, limit: int = 90) -> str:

@@ -15,8 +15,14 @@ from edgeopt.devices.fitted import PRIOR_BASIS
 from edgeopt.devices.transfers import Transfer
 
 # Energy is modelled, never fitted: no corpus row publishes power for the model it timed.
-ENERGY_BASIS = ("modelled: the profile's energy per op and idle power over the estimated "
-                "time; not checked against measured power, no interval")
+# The interval is a stated factor, not a measured spread: the per-op figures are 45 nm
+# arithmetic energies (Horowitz, ISSCC 2014) applied to newer nodes, the static and idle
+# powers are assumed. Coral's published 2 TOPS/W is the one device figure it was checked
+# against (BENCHMARKS.md, "Estimates against published on-device latencies").
+ENERGY_INTERVAL = (0.5, 2.0)
+ENERGY_BASIS = ("modelled, not measured: ops x the profile's energy per op + bytes moved x "
+                "energy per byte + static and idle power x the estimated time; interval "
+                "x0.5-x2 (assumed, not a measured spread)")
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ class Estimate:
         record: dict[str, Any] = {
             "device": self.device, "latency_ms": _ms(self.latency_s),
             "interval_ms": self.interval_ms(), "basis": self.basis,
-            "energy_basis": ENERGY_BASIS,
+            "energy_basis": ENERGY_BASIS, "energy_interval_mj": self.energy_interval_mj(),
             "energy_mj": _mj(self.energy_j), "placement": self.placement,
             "ops": [op.to_json() for op in self.ops]}
         if self.params is not None:
@@ -99,6 +105,10 @@ class Estimate:
             profile=self.profile_file, notes=list(self.notes))
         return record
 
+    def energy_interval_mj(self) -> list[float]:
+        """The energy's stated range (`ENERGY_INTERVAL`), in mJ."""
+        return [_mj(self.energy_j * f) for f in ENERGY_INTERVAL]
+
     def interval_ms(self) -> list[float] | None:
         return [_ms(t) for t in self.interval_s] if self.interval_s else None
 
@@ -106,6 +116,7 @@ class Estimate:
         """The manifest's ``estimate`` object: each figure with what it rests on."""
         return {"latency_ms": _ms(self.latency_s), "interval_ms": self.interval_ms(),
                 "basis": self.basis, "energy_mj": _mj(self.energy_j),
+                "energy_interval_mj": self.energy_interval_mj(),
                 "energy_basis": ENERGY_BASIS}
 
 

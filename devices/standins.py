@@ -36,6 +36,7 @@ import numpy as np
 from edgeopt.atomic import write_file_atomic
 from edgeopt.devices.corpus import Measurement, load_corpus
 from edgeopt.devices.corpus_map import PROFILE_ROWS, profile_rows
+from edgeopt.devices.standin_nets import NETWORKS, build_network
 from edgeopt.quiet import captured_prints, library_output_to_log
 from edgeopt.tf_env import offline_environment, quiet_tensorflow
 
@@ -58,7 +59,6 @@ KERAS_STANDINS: dict[str, tuple[str, float | None]] = {
     "mobilenet_v3_small": ("MobileNetV3Small", None),
     "nasnet_large": ("NASNetLarge", None),
     "nasnet_mobile": ("NASNetMobile", None),
-    "regnet_y_800mf": ("RegNetY008", None),
     "resnet101": ("ResNet101", None),
     "resnet152_v2": ("ResNet152V2", None),
     "resnet50": ("ResNet50", None),
@@ -67,6 +67,13 @@ KERAS_STANDINS: dict[str, tuple[str, float | None]] = {
     "resnet_v2_101": ("ResNet101V2", None),
     "vgg16": ("VGG16", None),
     "vgg19": ("VGG19", None),
+    # defined in standin_nets.py (not in keras.applications)
+    "resnet18": ("ResNet18", None),
+    "resnet34": ("ResNet34", None),
+    "wideresnet50": ("WideResNet50", None),
+    "squeezenet1_1": ("SqueezeNet11", None),
+    "vit_tiny": ("ViTTiny16", None),
+    "vit": ("ViTBase16", None),
 }
 for _alpha in ("0.25", "0.5", "0.75", "1.0"):
     for _size in (128, 160, 192, 224):
@@ -208,10 +215,13 @@ def keras_model(spec: StandIn):
     """The random-weight Keras network of ``spec``, batch 1."""
     keras = _keras()
     keras.utils.set_random_seed(zlib.crc32(spec.key.encode()))
+    inputs = keras.Input((spec.height, spec.width, 3), batch_size=1)
+    if spec.builder in NETWORKS:
+        return build_network(keras, spec.builder, inputs, spec.classes)
     constructor = getattr(keras.applications, spec.builder)
     accepted = inspect.signature(constructor).parameters
     args = {"weights": None, "classes": spec.classes,
-            "input_tensor": keras.Input((spec.height, spec.width, 3), batch_size=1)}
+            "input_tensor": inputs}
     if spec.alpha is not None:
         args["alpha"] = spec.alpha
     if "include_preprocessing" in accepted:  # the measured models take normalised input

@@ -211,6 +211,8 @@ class Estimate:
                        "or 'prior: unvalidated'"})
     energy_basis: str | None = field(default=None, metadata={
         "description": "what energy_mj is (a model, with its method)"})
+    energy_interval_mj: list[float] | None = field(default=None, metadata={
+        "description": "the stated range of energy_mj (a factor of the model, not measured)"})
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,8 @@ class ComparisonRow:
                                            "profiles only)")
     basis: str | None = _opt(description="what latency_ms rests on (fitted or prior)")
     energy_basis: str | None = _opt(description="what energy_mj is")
+    energy_interval_mj: list[float] | None = _opt(description="the stated range of "
+                                                  "energy_mj (not measured)")
 
 
 @dataclass(frozen=True)

@@ -168,9 +168,12 @@ def _comparison(m: dict) -> str:
     if not rows:
         return ""
     failed = [(f"<b>{_e(r['device'])}</b>", _e(r["note"])) for r in rows if r["latency_ms"] is None]
-    table = ""
+    # every figure with its basis, to the precision its interval allows (issue 15)
+    table = _table([(_e(r["device"]), _e(latency_text(r["latency_ms"], r.get("interval_ms"),
+                                                        r.get("basis") or PRIOR_BASIS)))
+                    for r in rows if r["latency_ms"] is not None], ("device", "latency (basis)"))
     if failed:
-        table = "<h3>Devices without an estimate</h3>" + _table(failed, ("device", "why"))
+        table += "<h3>Devices without an estimate</h3>" + _table(failed, ("device", "why"))
     intro = (f"<p>The artifact built for <b>{_e(m['device']['name'])}</b>, estimated from each "
              "device's profile and placed by its own delegate rules (the same file on every "
              "device: a device with other precision needs would get its own build). "

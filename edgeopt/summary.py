@@ -7,7 +7,7 @@ and the notes yellow (edgeopt.terminal decides, NO_COLOR turns it off).
 from __future__ import annotations
 
 from edgeopt.devices.fitted import PRIOR_BASIS
-from edgeopt.devices.render import latency_text, significant
+from edgeopt.devices.render import figure_text, latency_text, short_basis, significant
 from edgeopt.report_validation import agreement_text, share
 from edgeopt.terminal import paint, table
 
@@ -162,12 +162,15 @@ def comparison_table(rows: list[dict], colour: bool = False) -> str:
     for r in rows:
         name = r["device"] + (" *" if r["primary"] else "")
         if r["latency_ms"] is None:
-            body.append((name, "—", "—", "—", r["note"] or ""))
+            body.append((name, "—", "—", "—", r["note"] or "", ""))
             continue
         total = r["delegated_ops"] + r["cpu_ops"]
-        body.append((name, f"{r['latency_ms']:.3g}", f"{r['energy_mj']:.3g}",
+        interval = r.get("interval_ms")
+        body.append((name, figure_text(r["latency_ms"], interval),
+                     f"~{significant(r['energy_mj'], 1)}",
                      f"{r['delegated_ops']}/{total} on {r['delegate']}",
-                     f"{r['partitions']} partition(s)"))
-    title = "this artifact on each device (estimates; * built for)"
+                     f"{r['partitions']} partition(s)",
+                     short_basis(r.get("basis") or "", interval)))
+    title = "this artifact on each device (estimates, energy modelled; * built for)"
     return paint(title, "bold", colour) + "\n" + table(
-        ("device", "ms", "mJ", "ops on delegate", ""), body, colour, indent="  ")
+        ("device", "ms", "mJ", "ops on delegate", "", "basis"), body, colour, indent="  ")

@@ -9,7 +9,9 @@ import sys
 from conftest import assert_user_error
 
 SHIPPED = {"host-cpu", "pixel-npu", "pixel-gpu", "pixel-cpu", "snapdragon-npu", "rpi5-cpu",
-           "coral-usb", "coral-devboard", "ethos-u55-256", "ethos-u65-512"}
+           "coral-usb", "coral-devboard", "ethos-u55-256", "ethos-u65-512",
+           "snapdragon-8gen2-npu", "snapdragon-8elite-npu", "pixel3-cpu", "pixel3-gpu",
+           "pixel4-cpu", "pixel4-gpu", "rpi4-cpu"}
 
 
 def test_every_command_has_help_and_an_example(run_cli):

@@ -71,7 +71,7 @@ def _figures(obj):
 
 def test_shipped_profiles_load_and_every_number_has_a_source():
     profiles = all_profiles()
-    assert len(profiles) == len(profile_names()) == 10
+    assert len(profiles) == len(profile_names()) == 17
     for profile in profiles:
         assert profile.source and profile.description
         figures = list(_figures(profile.hardware))

@@ -36,3 +36,19 @@ def test_a_bundle_records_and_prints_the_basis(sample_bundles):
     assert profile.basis in summary
     report = (folder / "report.html").read_text()
     assert profile.basis in report and "modelled" in report
+
+
+def test_the_device_comparison_gives_every_figure_its_basis(sample_bundles):
+    folder = sample_bundles("onnx")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    rows = [r for r in manifest["comparison"] if r["latency_ms"] is not None]
+    assert rows
+    summary = build_summary(BuildResult(output=folder, manifest=manifest))
+    report = (folder / "report.html").read_text()
+    for r in rows:
+        profile = load_profile(r["device"])
+        assert r["basis"] == profile.basis
+        short = "prior, unvalidated" if profile.fit is None else "fit "
+        line = next(x for x in summary.splitlines() if x.strip().startswith(r["device"]))
+        assert short in line, line
+        assert latency_text(r["latency_ms"], r.get("interval_ms"), r["basis"]) in report
