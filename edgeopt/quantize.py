@@ -50,20 +50,25 @@ DEFAULT_CONFIG = QuantConfig()
 def quantize_tflite(float_tflite: bytes, calib: dict[str, np.ndarray],
                     config: QuantConfig = DEFAULT_CONFIG, evaluation: dict | None = None,
                     labels: np.ndarray | None = None,
-                    progress: Progress | None = None) -> QuantResult:
-    """Quantize a float `.tflite`; ai-edge-quantizer writes the result."""
+                    progress: Progress | None = None,
+                    fixed_ranges: dict | None = None) -> QuantResult:
+    """Quantize a float `.tflite`; ai-edge-quantizer writes the result. `fixed_ranges`
+    (tensor -> (lo, hi)) override the estimated ranges (quantization-aware training)."""
     fmt = open_format("tflite", bytes(float_tflite), config.num_threads)
-    return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress)
+    return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress,
+                         fixed_ranges)
 
 
 def quantize_onnx(onnx_path: str | os.PathLike | bytes, calib: dict[str, np.ndarray],
                   config: QuantConfig = DEFAULT_CONFIG, evaluation: dict | None = None,
                   labels: np.ndarray | None = None,
-                  progress: Progress | None = None) -> QuantResult:
+                  progress: Progress | None = None,
+                  fixed_ranges: dict | None = None) -> QuantResult:
     """Quantize an `.onnx` model; onnxruntime.quantization writes the result."""
     source = onnx_path if isinstance(onnx_path, bytes) else Path(onnx_path)
     fmt = open_format("onnx", source, config.num_threads)
-    return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress)
+    return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress,
+                         fixed_ranges)
 
 
 def _float32(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
