@@ -120,6 +120,13 @@ def qat_layers() -> SimpleNamespace:
         def call(self, inputs, training=None, mask=None):
             return inputs
 
+    class LogProbabilities(keras.layers.Layer):
+        """log(p) of a softmax output: the logits distillation trains on (up to a
+        constant), with gradients that a quantized probability would have cut."""
+
+        def call(self, inputs):
+            return ops.log(ops.clip(inputs, 1e-7, 1.0))
+
     def weight_reduce_axes_of(inner):
         if isinstance(inner, keras.layers.DepthwiseConv2D):
             return (0, 1) if inner.data_format == "channels_last" else None
@@ -131,4 +138,5 @@ def qat_layers() -> SimpleNamespace:
         return None
 
     return SimpleNamespace(ActivationQuantizer=ActivationQuantizer, Quantized=Quantized,
-                           FoldedAway=FoldedAway, weight_axes=weight_reduce_axes_of)
+                           FoldedAway=FoldedAway, LogProbabilities=LogProbabilities,
+                           weight_axes=weight_reduce_axes_of)

@@ -138,6 +138,16 @@ def fold_batchnorm(model: Any) -> Any:
     return folded
 
 
+def softmax_outputs(model: Any) -> set[str]:
+    """Layers whose output is a model output computed by a softmax: their int8 range is
+    the runtime's fixed [0, 1) grid, and training reads their probabilities as log-probs."""
+    import keras
+
+    names = {t._keras_history.operation.name for t in model.outputs}
+    return {n for n in names if isinstance(model.get_layer(n), keras.layers.Softmax)
+            or model.get_layer(n).get_config().get("activation") == "softmax"}
+
+
 def qat_model(folded: Any, ranges: dict[str, tuple[float, float]]) -> Any:
     """The training graph: conv/dense layers with per-channel fake-quantized kernels, a
     fake quantizer (started at `ranges[layer]`) on every output the runtime quantizes,
@@ -148,6 +158,8 @@ def qat_model(folded: Any, ranges: dict[str, tuple[float, float]]) -> Any:
     if len(folded.inputs) != 1:
         raise ConfigError(f"quantization-aware training takes single-input models; this one "
                           f"has {len(folded.inputs)} inputs")
+
+    ranges = {k: v for k, v in ranges.items() if k not in softmax_outputs(folded)}
 
     def clone(layer):
         fresh = _fresh(layer)
@@ -164,6 +176,17 @@ def qat_model(folded: Any, ranges: dict[str, tuple[float, float]]) -> Any:
     if INPUT_KEY in ranges:
         x = layers.ActivationQuantizer(*ranges[INPUT_KEY], name="input_act")(x)
     return keras.Model(source, inner(x), name=f"{folded.name}_qat")
+
+
+def training_view(student: Any, folded: Any) -> Any:
+    """What distillation trains: `student` itself, or (a softmax output) its log-probs;
+    the same variables either way."""
+    import keras
+
+    if len(folded.outputs) != 1 or not softmax_outputs(folded):
+        return student
+    log = qat_layers().LogProbabilities(name="log_probabilities")(student.outputs[0])
+    return keras.Model(student.inputs, log, name=f"{student.name}_log")
 
 
 def _inner_layer(model: Any, name: str) -> Any:

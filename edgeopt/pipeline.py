@@ -46,6 +46,7 @@ from edgeopt.float_islands import (
 from edgeopt.images import NCHW_TO_NHWC
 from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_keras, load_model, with_input_shapes
+from edgeopt.qat_step import QatSettings, after_ptq, check_request
 from edgeopt.quantize import quantize_onnx, quantize_tflite
 from edgeopt.report import render_report
 from edgeopt.runtime import LayoutAdapter, OnnxRunner, TFLiteRunner, make_runner, run_dataset
@@ -77,6 +78,7 @@ class Artifact:
     conversion: dict
     quant: object | None = None  # the calibration core's QuantResult, when it made the model
     scheme: str | None = None  # what the artifact is, when not the scheme asked for
+    qat: dict | None = None  # --qat: the QAT step's record (manifest "qat")
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,19 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
     # The held-out samples, as `edgeopt quantize` passes them: the core validates (and
     # searches a budget) on samples it did not calibrate on or choose its ranges with.
     held = permuted(evaluation.arrays, conv.input_perms)
-    result = quantize_tflite(conv.tflite, arrays, quant_config(config, scheme, profile, "tflite"),
-                             held, evaluation.labels, progress)
+    core_config = quant_config(config, scheme, profile, "tflite")
+    result = quantize_tflite(conv.tflite, arrays, core_config, held, evaluation.labels, progress)
+    result, qat = after_ptq(result, core_config, qat_settings(config), handle=handle,
+                            keras_model=keras_model, runtime_format="tflite",
+                            float_model=conv.tflite, calib_runtime=arrays, calib=calib,
+                            eval_runtime=held, eval_labels=evaluation.labels, workdir=workdir,
+                            progress=progress)
     return Artifact(result.model, "tflite", result.method, runner_for(result.model), conversion,
-                    result)
+                    result, qat=qat)
+
+
+def qat_settings(config: BuildConfig) -> QatSettings:
+    return QatSettings(enabled=config.qat, epochs=config.qat_epochs, seed=config.seed)
 
 
 def _as_given(tflite: bytes, scheme: str, given: str, runner, conversion: dict) -> Artifact:
@@ -193,7 +204,8 @@ def _converter_tflite(conv, scheme: str, profile: DeviceProfile, arrays: dict):
                           "calibration core (--method auto)")
 
 
-def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress) -> Artifact:
+def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, workdir,
+                   progress) -> Artifact:
     if handle.format != "onnx":
         raise ConfigError("--format onnx needs an .onnx input model")
     conversion = {"converter": "none (ONNX stays ONNX)",
@@ -205,11 +217,16 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress)
     if config.method == "converter":
         content, method = _converter_onnx(handle, scheme, calib)
         return Artifact(content, "onnx", method, OnnxRunner(content), conversion)
-    result = quantize_onnx(handle.path, calib.arrays,
-                           quant_config(config, scheme, profile, "onnx"), evaluation.arrays,
+    core_config = quant_config(config, scheme, profile, "onnx")
+    result = quantize_onnx(handle.path, calib.arrays, core_config, evaluation.arrays,
                            evaluation.labels, progress)
+    result, qat = after_ptq(result, core_config, qat_settings(config), handle=handle,
+                            keras_model=None, runtime_format="onnx",
+                            float_model=handle.path.read_bytes(), calib_runtime=calib.arrays,
+                            calib=calib, eval_runtime=evaluation.arrays,
+                            eval_labels=evaluation.labels, workdir=workdir, progress=progress)
     return Artifact(result.model, "onnx", result.method, OnnxRunner(result.model), conversion,
-                    result)
+                    result, qat=qat)
 
 
 def _converter_onnx(handle, scheme: str, calib: Dataset) -> tuple[bytes, str]:
@@ -543,6 +560,10 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     handle, calib, fixed = shapes_from_data(handle, calib)
     for note in fixed:
         progress(note)
+    check_request(qat_settings(config), handle, calib, config.scheme)
+    if config.qat and config.method == "converter":
+        raise ConfigError("--qat writes with the calibration core's writers; drop "
+                          "--method converter")
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work
         check_labels_file(config.labels, handle)
     keras_model = None
@@ -561,7 +582,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                                             compression), workdir, keras_model, progress)
         else:
             artifact = _onnx_artifact(source, config, config.scheme, profile, calib, evaluation,
-                                      progress)
+                                      workdir, progress)
         if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
             artifact = with_build_metadata(artifact, config, handle, profile,
                                            _preprocessing(calib, artifact.conversion))
@@ -589,6 +610,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         manifest["notes"].insert(0, scheme_note)
     if compression is not None:
         manifest["compression"] = compression
+    if artifact.qat is not None:
+        manifest["qat"] = artifact.qat
     if compared:
         manifest["comparison"] = compare_devices(artifact.content, (profile, placement, estimate),
                                                  compared, progress)
