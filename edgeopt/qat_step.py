@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.calibration.config import Precision, QuantConfig, QuantResult
+from edgeopt.calibration.engine import quantize_with
 from edgeopt.calibration.qat import (
     fold_batchnorm,
     keras_values,
@@ -35,7 +36,6 @@ from edgeopt.calibration.qat import (
     training_view,
     unfold_into,
 )
-from edgeopt.calibration.engine import quantize_with
 from edgeopt.calibration.session import open_format
 from edgeopt.compress import trainable_model
 from edgeopt.compression import DistillConfig, distill
