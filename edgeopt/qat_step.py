@@ -300,3 +300,21 @@ def after_ptq(ptq: QuantResult, config: QuantConfig, settings: QatSettings, *, h
                  eval_runtime, eval_labels, imported, handle.inputs)
     outcome = run_qat(job, ptq, config, settings, reason, workdir, progress)
     return outcome.result, outcome.record
+
+
+def _g(value) -> str:
+    return "—" if value is None else f"{value:.4g}"
+
+
+def qat_summary(record: dict | None) -> list[str]:
+    """PTQ and QAT side by side on the held-out samples (or why QAT did not run)."""
+    if not record:
+        return []
+    if not record.get("ran"):
+        return [record["reason"]]
+    ptq, qat = record["ptq"], record["qat"]
+    lines = [f"{record['epochs_run']} epochs (best {record['best_epoch']}), "
+             f"{record['seconds']:.0f} s, {'labels' if record['labels'] else 'distillation'}; "
+             f"{qat['metric']}: PTQ {_g(ptq['value'])} -> QAT {_g(qat['value'])} (SQNR "
+             f"{_g(ptq['sqnr_db'])} -> {_g(qat['sqnr_db'])} dB); shipped {record['shipped']}"]
+    return lines + ([record["note"]] if record.get("note") else [])

@@ -35,7 +35,7 @@ from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
 from edgeopt.float_islands import FULL_INTEGER_SCHEMES, require_full_integer
 from edgeopt.model import load_model, tflite_interpreter, with_input_shapes
-from edgeopt.qat_step import QatSettings, after_ptq, check_request
+from edgeopt.qat_step import QatSettings, after_ptq, check_request, qat_summary
 from edgeopt.runtime import OnnxRunner, TFLiteRunner, fits_declared, run_dataset
 from edgeopt.summary import output_rows
 from edgeopt.task_spec import DEFAULT_BLANK_INDEX, DEFAULT_SCORE_THRESHOLD, TaskSpec
@@ -327,27 +327,10 @@ def summary(record: dict) -> str:
     if worst:
         lines.append(f"worst layer {worst[0]['layer']} ({worst[0]['precision']}): "
                      f"SQNR {_fmt(worst[0]['sqnr_db'])} dB")
-    lines += qat_lines(record.get("qat"))
+    lines += [f"qat       {line}" for line in qat_summary(record.get("qat"))]
     lines += [f"prepared  {n}" for n in (record.get("source") or {}).get("prepared", [])]
     lines += [f"warning   {w}" for w in record.get("warnings", [])]
     return "\n".join(lines)
-
-
-def qat_lines(qat: dict | None) -> list[str]:
-    """PTQ and QAT side by side on the held-out samples (or why QAT did not run)."""
-    if not qat:
-        return []
-    if not qat.get("ran"):
-        return [f"qat       {qat['reason']}"]
-    ptq, trained = qat["ptq"], qat["qat"]
-    lines = [f"qat       {qat['epochs_run']} epochs (best {qat['best_epoch']}), "
-             f"{qat['seconds']:.0f} s, {'labels' if qat['labels'] else 'distillation'}; "
-             f"{trained['metric']}: PTQ {_fmt(ptq['value'])} -> QAT {_fmt(trained['value'])}"
-             f" (SQNR {_fmt(ptq['sqnr_db'])} -> {_fmt(trained['sqnr_db'])} dB); shipped "
-             f"{qat['shipped']}"]
-    if qat.get("note"):
-        lines.append(f"qat       {qat['note']}")
-    return lines
 
 
 def _fmt(value) -> str:
