@@ -137,7 +137,9 @@ def check_job(job: QatJob) -> None:
 
 def _runtime_values(kind: str, model: bytes, probe: dict) -> dict[str, np.ndarray]:
     fmt = open_format(kind, model)
-    return next(fmt.capture().stream(probe, set(fmt.graph.activations), PROBE_SAMPLES))
+    batches = list(fmt.capture().stream(probe, set(fmt.graph.activations), PROBE_SAMPLES))
+    # a capture may hand out fewer samples per batch than asked (onnxruntime's: one)
+    return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
 
 
 def _matches(job: QatJob, kind_model: bytes, keras_model: Any) -> dict[str, str]:
