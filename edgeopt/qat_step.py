@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +218,9 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
     fixed = runtime_ranges(_matches(job, content, trained), learned_ranges(student))
     progress(f"QAT: writing int8 with {len(fixed)} learned activation ranges")
     result = _quantize(job, content, config, fixed, progress)
+    result = replace(result, method=f"quantization-aware training ({training['epochs_run']} "
+                     f"epochs, {len(fixed)} learned activation ranges); other tensors "
+                     f"{result.method}")
     record = {"ran": True, "reason": reason, **training,
               "quantized_layers": quantized_layer_count(student),
               "learned_ranges": len(fixed), "seconds": round(time.monotonic() - started, 1),
