@@ -125,3 +125,20 @@ def test_qat_of_an_onnx_source_goes_through_the_import_and_the_qdq_writer(
     runner = OnnxRunner(out.read_bytes())
     sample = np.load(data)["input"][:4]
     assert run_dataset(runner, {runner.input_names[0]: sample})[0].shape == (4, 4)
+
+
+@pytest.mark.slow
+def test_qat_runs_when_ptq_misses_the_budget_and_the_better_result_ships(run_cli, tmp_path):
+    # no labels: the budget is an SQNR floor; 80 dB is more than any int8 model holds, so
+    # PTQ's search falls back to float, QAT runs, misses too, and the PTQ result ships
+    out = tmp_path / "q.tflite"
+    result = run_cli("quantize", DIGITS, "--calib", CALIB, "--qat", "--epochs", "1",
+                     "--accuracy-budget", "80", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    qat = record["qat"]
+    assert qat["ran"] and "post-training quantization" in qat["reason"]
+    assert "budget 80.0" in qat["reason"]
+    assert qat["shipped"] == "ptq" and "missed the budget 80.0 too" in qat["note"]
+    assert qat["qat"]["layers_above_int8"] == 0 and qat["ptq"]["layers_above_int8"] > 0
+    assert "quantization-aware" not in record["method"]  # PTQ's own result and method
