@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"QAT step: {qat.get('seconds')} s ({qat.get('epochs_run')} epochs, best "
           f"{qat.get('best_epoch')}); whole `edgeopt quantize --qat`: "
           f"{runs['edgeopt QAT']['seconds']:.0f} s")
-    write_results("qat", {
+    write_results("qat_unlabelled" if args.unlabelled else "qat", {
         "eval_samples": int(len(data["eval"][1])), "top1_percent": scores,
         "drop_points": {k: round(v - scores["float"], 3) for k, v in scores.items()},
         "qat": {k: v for k, v in qat.items() if k != "history"}, "qat_history": qat.get("history"),

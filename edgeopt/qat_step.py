@@ -23,6 +23,7 @@ import numpy as np
 
 from edgeopt.calibration.config import Precision, QuantConfig, QuantResult
 from edgeopt.calibration.engine import quantize_with
+from edgeopt.calibration.finish import validate
 from edgeopt.calibration.qat import (
     fold_batchnorm,
     keras_values,
@@ -218,6 +219,7 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
     fixed = runtime_ranges(_matches(job, content, trained), learned_ranges(student))
     progress(f"QAT: writing int8 with {len(fixed)} learned activation ranges")
     result = _quantize(job, content, config, fixed, progress)
+    result = against_source_float(job, result)
     result = replace(result, method=f"quantization-aware training ({training['epochs_run']} "
                      f"epochs, {len(fixed)} learned activation ranges); other tensors "
                      f"{result.method}")
@@ -227,6 +229,16 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
               "ptq": _figures(ptq), "qat": _figures(result)}
     shipped = choose(ptq, result, config, record)
     return QatOutcome(shipped, record)
+
+
+def against_source_float(job: QatJob, result: QuantResult) -> QuantResult:
+    """The QAT model's figures against the user's float model (the writer compared it with
+    the trained float model), so PTQ and QAT are measured from the same reference."""
+    if job.evaluation is None:
+        return result
+    fmt = open_format(job.runtime_format, job.float_model)
+    figures = validate(fmt, result.model, job.evaluation, job.eval_labels)
+    return replace(result, validation={**(result.validation or {}), **figures})
 
 
 def _score(result: QuantResult) -> float:

@@ -85,6 +85,7 @@ def test_forced_qat_writes_the_int8_model_litert_runs(run_cli, tmp_path):
     assert qat["ran"] and qat["shipped"] == "qat" and qat["labels"] is False
     assert 1 <= qat["epochs_run"] <= 2 and qat["learned_ranges"] >= 4
     assert qat["ptq"]["samples"] == qat["qat"]["samples"] > 0
+    assert qat["ptq"]["reference"] == qat["qat"]["reference"]  # both against the source float
     # the figure is the runtime's: LiteRT runs the written file to the same agreement
     content = out.read_bytes()
     assert any(t.dtype == "int8" and not t.is_constant for t in read_tflite(content).tensors)
@@ -142,3 +143,17 @@ def test_qat_runs_when_ptq_misses_the_budget_and_the_better_result_ships(run_cli
     assert qat["shipped"] == "ptq" and "missed the budget 80.0 too" in qat["note"]
     assert qat["qat"]["layers_above_int8"] == 0 and qat["ptq"]["layers_above_int8"] > 0
     assert "quantization-aware" not in record["method"]  # PTQ's own result and method
+
+
+@pytest.mark.slow
+def test_qat_of_an_onnx_source_to_tflite_trains_the_import(run_cli, tmp_path, tiny_onnx_path):
+    data = tmp_path / "d.npz"
+    np.savez(data, input=np.random.default_rng(1).random((48, 3, 16, 16), dtype=np.float32))
+    out = tmp_path / "q.tflite"
+    result = run_cli("quantize", tiny_onnx_path, "--calib", data, "--qat", "--epochs", "1",
+                     "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["qat"]["ran"] and record["qat"]["learned_ranges"] >= 2
+    assert record["validation"]["samples"] == record["qat"]["qat"]["samples"]
+    assert any(t.dtype == "int8" for t in read_tflite(out.read_bytes()).tensors)
