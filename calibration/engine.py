@@ -76,8 +76,11 @@ def build_plan(session: Session, ranges: dict) -> QuantPlan:
 
 def quantize_with(fmt: QuantFormat, calib: dict[str, np.ndarray], config: QuantConfig,
                   evaluation: dict | None = None, labels: np.ndarray | None = None,
-                  progress: Progress | None = None) -> QuantResult:
-    """Calibrate, quantize, check in the runtime, validate and report."""
+                  progress: Progress | None = None,
+                  fixed_ranges: dict[str, tuple[float, float]] | None = None) -> QuantResult:
+    """Calibrate, quantize, check in the runtime, validate and report. `fixed_ranges`
+    (tensor -> range, e.g. learned by quantization-aware training) replace the estimated
+    ranges of those tensors."""
     warnings = check_calibration(calib, config.method)
     choices, precision_warnings = assign_precisions(fmt.graph, config)
     choices = fit_to_format(fmt, config, choices, precision_warnings)
@@ -91,7 +94,8 @@ def quantize_with(fmt: QuantFormat, calib: dict[str, np.ndarray], config: QuantC
     if plan.mode == Mode.STATIC:
         label, ranges, scores, choices_by_tensor, plan = choose_ranges(session, plan, check,
                                                                        reference)
-        plan = plan.with_ranges(ranges)
+        fixed = {k: v for k, v in (fixed_ranges or {}).items() if k in ranges}
+        plan = plan.with_ranges({**ranges, **fixed})
     else:
         plan = keep_bias_correction_if_it_helps(session, plan, check, reference)
     model, plan = write_checked(session, plan)

@@ -74,6 +74,8 @@ class BuildConfig:
     distill: bool = False  # train the pruned model to match the source on the calib data
     distill_epochs: int = 20
     prune_channel_multiple: int = 8
+    qat: bool = False  # quantization-aware training when PTQ misses the budget (or forced)
+    qat_epochs: int = 10
     eval_fraction: float = HOLDOUT_SHARE
     parity_samples: int = 16
     seed: int = 0

@@ -509,6 +509,43 @@ class Rewrites:
 
 
 @dataclass(frozen=True)
+class QatFigures:
+    """One quantized model's figures on the held-out samples, in its real runtime."""
+
+    metric: str | None = None
+    reference: float | None = None
+    value: float | None = None
+    sqnr_db: float | None = None
+    top1_agreement: float | None = None
+    samples: int | None = _opt(minimum=0)
+    layers_above_int8: int | None = _opt(
+        minimum=0, description="layers the precision search kept in fp16/float")
+
+
+@dataclass(frozen=True)
+class Qat:
+    """--qat: quantization-aware training after post-training quantization, the two
+    results side by side on the same held-out samples (the runtime's figures)."""
+
+    ran: bool
+    reason: str
+    ptq: QatFigures
+    qat: QatFigures | None = None
+    shipped: Literal["qat", "ptq"] | None = None
+    note: str | None = None
+    epochs_run: int | None = _opt(minimum=0)
+    best_epoch: int | None = _opt(minimum=0)
+    epochs_max: int | None = _opt(minimum=1)
+    labels: bool | None = None
+    samples: int | None = _opt(minimum=1)
+    quantized_layers: int | None = _opt(minimum=1)
+    learned_ranges: int | None = _opt(
+        minimum=0, description="activation ranges written as QAT learned them")
+    seconds: float | None = _opt(minimum=0, description="wall time of the QAT step")
+    history: list[Epoch] | None = None
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What app code reads from an edgeopt bundle's manifest.json. Fields may be added in
     later versions of schema 1; none listed here is removed or changes meaning."""
@@ -543,6 +580,7 @@ class Manifest:
     compression: Compression | None = None
     rewrites: Rewrites | None = _opt(description="graph rewrites for the delegate (edgeopt "
                                      "build --rewrite, the default)")
+    qat: Qat | None = None
 
 
 # `for` is a Python keyword: the JSON key is `for`, the field `for_`.

@@ -47,6 +47,7 @@ from edgeopt.float_islands import (
 from edgeopt.images import NCHW_TO_NHWC
 from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_keras, load_model, with_input_shapes
+from edgeopt.qat_step import QatSettings, after_ptq, check_request
 from edgeopt.quantize import quantize_onnx, quantize_tflite
 from edgeopt.report import render_report
 from edgeopt.rewrite_step import improve
@@ -85,6 +86,7 @@ class Artifact:
     # a runner for a .tflite of the artifact's layout
     remake: Callable[[bytes], Artifact] | None = field(default=None, repr=False)
     runner_for: Callable[[bytes], object] | None = field(default=None, repr=False)
+    qat: dict | None = None  # --qat: the QAT step's record (manifest "qat")
 
 
 @dataclass(frozen=True)
@@ -149,18 +151,29 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
     # The held-out samples, as `edgeopt quantize` passes them: the core validates (and
     # searches a budget) on samples it did not calibrate on or choose its ranges with.
     held = permuted(evaluation.arrays, conv.input_perms)
+    core_config = quant_config(config, scheme, profile, "tflite")
 
     def remake(content: bytes) -> Artifact:
         if scheme == "float":
             return Artifact(content, "tflite", "none", runner_for(content), conversion,
                             float_model=content, remake=remake, runner_for=runner_for)
-        result = quantize_tflite(content, arrays, quant_config(config, scheme, profile, "tflite"),
-                                 held, evaluation.labels, progress)
+        result = quantize_tflite(content, arrays, core_config, held, evaluation.labels, progress)
+        qat = None
+        if content is conv.tflite:  # QAT trains the source; a rewritten graph is re-quantized
+            result, qat = after_ptq(result, core_config, qat_settings(config), handle=handle,
+                                    keras_model=keras_model, runtime_format="tflite",
+                                    float_model=conv.tflite, calib_runtime=arrays, calib=calib,
+                                    eval_runtime=held, eval_labels=evaluation.labels,
+                                    workdir=workdir, progress=progress)
         return Artifact(result.model, "tflite", result.method, runner_for(result.model),
-                        conversion, result, float_model=content, remake=remake,
+                        conversion, result, qat=qat, float_model=content, remake=remake,
                         runner_for=runner_for)
 
     return remake(conv.tflite)
+
+
+def qat_settings(config: BuildConfig) -> QatSettings:
+    return QatSettings(enabled=config.qat, epochs=config.qat_epochs, seed=config.seed)
 
 
 def _as_given(tflite: bytes, scheme: str, given: str, runner, conversion: dict) -> Artifact:
@@ -207,7 +220,8 @@ def _converter_tflite(conv, scheme: str, profile: DeviceProfile, arrays: dict):
                           "calibration core (--method auto)")
 
 
-def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress) -> Artifact:
+def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, workdir,
+                   progress) -> Artifact:
     if handle.format != "onnx":
         raise ConfigError("--format onnx needs an .onnx input model")
     conversion = {"converter": "none (ONNX stays ONNX)",
@@ -219,11 +233,16 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, progress)
     if config.method == "converter":
         content, method = _converter_onnx(handle, scheme, calib)
         return Artifact(content, "onnx", method, OnnxRunner(content), conversion)
-    result = quantize_onnx(handle.path, calib.arrays,
-                           quant_config(config, scheme, profile, "onnx"), evaluation.arrays,
+    core_config = quant_config(config, scheme, profile, "onnx")
+    result = quantize_onnx(handle.path, calib.arrays, core_config, evaluation.arrays,
                            evaluation.labels, progress)
+    result, qat = after_ptq(result, core_config, qat_settings(config), handle=handle,
+                            keras_model=None, runtime_format="onnx",
+                            float_model=handle.path.read_bytes(), calib_runtime=calib.arrays,
+                            calib=calib, eval_runtime=evaluation.arrays,
+                            eval_labels=evaluation.labels, workdir=workdir, progress=progress)
     return Artifact(result.model, "onnx", result.method, OnnxRunner(result.model), conversion,
-                    result)
+                    result, qat=qat)
 
 
 def _converter_onnx(handle, scheme: str, calib: Dataset) -> tuple[bytes, str]:
@@ -272,6 +291,8 @@ def _rewrite_step(artifact: Artifact, config: BuildConfig, profile: DeviceProfil
     """The rewrite step (edgeopt.rewrite_step), on the held-out samples the build validates
     on; None when it is off or there is nothing to rewrite."""
     if not config.rewrite or artifact.remake is None or artifact.runner_for is None:
+        return None
+    if artifact.qat and artifact.qat.get("ran"):  # the trained model is not re-quantized
         return None
     names = [o.name for o in handle.outputs]
     count = min(config.parity_samples, evaluation.count)
@@ -600,6 +621,10 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     handle, calib, fixed = shapes_from_data(handle, calib)
     for note in fixed:
         progress(note)
+    check_request(qat_settings(config), handle, calib, config.scheme)
+    if config.qat and config.method == "converter":
+        raise ConfigError("--qat writes with the calibration core's writers; drop "
+                          "--method converter")
     if config.format == "tflite" and config.labels:  # a bad label file fails before the work
         check_labels_file(config.labels, handle)
     keras_model = None
@@ -619,7 +644,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                                             compression), workdir, keras_model, progress)
         else:
             artifact = _onnx_artifact(source, config, config.scheme, profile, calib, evaluation,
-                                      progress)
+                                      workdir, progress)
         rewrite = _rewrite_step(artifact, config, profile, reference, evaluation, handle,
                                 progress)
         if rewrite is not None:
@@ -657,6 +682,8 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         manifest["notes"].insert(0, scheme_note)
     if compression is not None:
         manifest["compression"] = compression
+    if artifact.qat is not None:
+        manifest["qat"] = artifact.qat
     if compared:
         manifest["comparison"] = compare_devices(artifact.content, (profile, placement, estimate),
                                                  compared, progress)

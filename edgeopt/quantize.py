@@ -35,6 +35,7 @@ from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
 from edgeopt.float_islands import FULL_INTEGER_SCHEMES, require_full_integer
 from edgeopt.model import load_model, tflite_interpreter, with_input_shapes
+from edgeopt.qat_step import QatSettings, after_ptq, check_request, qat_summary
 from edgeopt.runtime import OnnxRunner, TFLiteRunner, fits_declared, run_dataset
 from edgeopt.summary import output_rows
 from edgeopt.task_spec import DEFAULT_BLANK_INDEX, DEFAULT_SCORE_THRESHOLD, TaskSpec
@@ -50,20 +51,25 @@ DEFAULT_CONFIG = QuantConfig()
 def quantize_tflite(float_tflite: bytes, calib: dict[str, np.ndarray],
                     config: QuantConfig = DEFAULT_CONFIG, evaluation: dict | None = None,
                     labels: np.ndarray | None = None,
-                    progress: Progress | None = None) -> QuantResult:
-    """Quantize a float `.tflite`; ai-edge-quantizer writes the result."""
+                    progress: Progress | None = None,
+                    fixed_ranges: dict | None = None) -> QuantResult:
+    """Quantize a float `.tflite`; ai-edge-quantizer writes the result. `fixed_ranges`
+    (tensor -> (lo, hi)) override the estimated ranges (quantization-aware training)."""
     fmt = open_format("tflite", bytes(float_tflite), config.num_threads)
-    return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress)
+    return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress,
+                         fixed_ranges)
 
 
 def quantize_onnx(onnx_path: str | os.PathLike | bytes, calib: dict[str, np.ndarray],
                   config: QuantConfig = DEFAULT_CONFIG, evaluation: dict | None = None,
                   labels: np.ndarray | None = None,
-                  progress: Progress | None = None) -> QuantResult:
+                  progress: Progress | None = None,
+                  fixed_ranges: dict | None = None) -> QuantResult:
     """Quantize an `.onnx` model; onnxruntime.quantization writes the result."""
     source = onnx_path if isinstance(onnx_path, bytes) else Path(onnx_path)
     fmt = open_format("onnx", source, config.num_threads)
-    return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress)
+    return quantize_with(fmt, _float32(calib), config, _maybe(evaluation), labels, progress,
+                         fixed_ranges)
 
 
 def _float32(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -111,6 +117,8 @@ class QuantizeRequest:
     score_threshold: float = DEFAULT_SCORE_THRESHOLD
     blank_index: int = DEFAULT_BLANK_INDEX
     accept_collapsed: bool = False
+    qat: bool = False                       # quantization-aware training (edgeopt.qat_step)
+    qat_epochs: int = 10
 
     def task_spec(self) -> TaskSpec:
         return TaskSpec.from_flags(self.task, self.task_output, self.boxes, self.scores,
@@ -181,16 +189,26 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     handle, calib, fixed = shapes_from_data(handle, calib)
     for note in fixed:
         (progress or (lambda _msg: None))(note)
+    qat_settings = QatSettings(request.qat, request.qat_epochs)
+    check_request(qat_settings, handle, calib, str(config.scheme))
     if output.suffix == ".onnx":
         if handle.format != "onnx":
             raise ConfigError(f"-o {output.name}: an .onnx output needs an .onnx model "
                               f"(got {handle.format}); write .tflite instead")
         result = quantize_onnx(handle.path, calib.arrays, config, evaluation.arrays,
                                evaluation.labels, progress)
-        float_model, eval_arrays = handle.path.read_bytes(), evaluation.arrays
+        float_model, eval_arrays, arrays = handle.path.read_bytes(), evaluation.arrays, \
+            calib.arrays
     else:
-        result, float_model, eval_arrays = _to_tflite(handle, calib, evaluation, config,
-                                                      progress)
+        result, float_model, eval_arrays, arrays = _to_tflite(handle, calib, evaluation,
+                                                              config, progress)
+    with tempfile.TemporaryDirectory(prefix="edgeopt-qat-") as tmp:
+        result, qat = after_ptq(result, config, qat_settings, handle=handle, keras_model=None,
+                                runtime_format=result.format, float_model=float_model,
+                                calib_runtime=arrays, calib=calib, eval_runtime=eval_arrays,
+                                eval_labels=evaluation.labels if evaluation else None,
+                                workdir=Path(tmp), progress=progress or (lambda _msg: None))
+    if output.suffix != ".onnx":
         result = with_quantize_metadata(result, handle, request, calib)
     result = _validated(result, float_model, eval_arrays, evaluation.labels, handle, task,
                         progress)
@@ -205,7 +223,10 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
               "size_bytes": handle.size_bytes}
     if handle.preparation:  # what was rewritten before quantizing (edgeopt.tflite_prepare)
         source["prepared"] = list(handle.preparation)
-    return {"output": str(output), "source": source, **result.to_json()}
+    record = {"output": str(output), "source": source, **result.to_json()}
+    if qat is not None:
+        record["qat"] = qat
+    return record
 
 
 def _runner(content: bytes, fmt: str, input_names: list[str]):
@@ -265,7 +286,7 @@ def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
 
 def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress):
     """Convert to a float .tflite when needed, move the data to its layout, quantize:
-    (result, the float .tflite, the evaluation arrays in its layout)."""
+    (result, the float .tflite, the evaluation and calibration arrays in its layout)."""
     if progress:
         progress("converting to a float .tflite")
     with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
@@ -275,7 +296,7 @@ def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress):
         else None
     labels = evaluation.labels if evaluation else None
     result = quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)
-    return result, float_tflite, eval_arrays
+    return result, float_tflite, eval_arrays, arrays
 
 
 def report_page(result: QuantResult) -> str:
@@ -306,6 +327,7 @@ def summary(record: dict) -> str:
     if worst:
         lines.append(f"worst layer {worst[0]['layer']} ({worst[0]['precision']}): "
                      f"SQNR {_fmt(worst[0]['sqnr_db'])} dB")
+    lines += [f"qat       {line}" for line in qat_summary(record.get("qat"))]
     lines += [f"prepared  {n}" for n in (record.get("source") or {}).get("prepared", [])]
     lines += [f"warning   {w}" for w in record.get("warnings", [])]
     return "\n".join(lines)

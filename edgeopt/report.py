@@ -340,7 +340,36 @@ def _compression(m: dict) -> str:
     return _section("compression", "Compression", compression_body(record))
 
 
+def _qat_row(name: str, figures: dict | None) -> tuple:
+    f = figures or {}
+    metric = f.get("metric") or "sqnr_db"
+    return (_e(name), _e(metric), _metric(metric, f.get("value")),
+            _metric("sqnr_db", f.get("sqnr_db")), _e(f.get("samples", "—")),
+            _e(f.get("layers_above_int8", "—")))
+
+
+def _qat(m: dict) -> str:
+    """--qat: post-training and quantization-aware results side by side (held-out data)."""
+    record = m.get("qat")
+    if not record:
+        return ""
+    lines = [f"<p>{_e(record['reason'])}</p>"]
+    rows = [_qat_row("post-training", record.get("ptq"))]
+    if record.get("ran"):
+        rows.append(_qat_row("quantization-aware", record.get("qat")))
+        lines.append(f"<p>{_e(record['epochs_run'])} of at most {_e(record['epochs_max'])} "
+                     f"epochs (best {_e(record['best_epoch'])}), {record['seconds']:.0f} s, "
+                     f"{'labels and distillation' if record['labels'] else 'distillation'} on "
+                     f"{_e(record['samples'])} samples; {_e(record['learned_ranges'])} learned "
+                     f"activation ranges written; shipped: {_e(record['shipped'])}.</p>")
+        if record.get("note"):
+            lines.append(f"<p>{_e(record['note'])}</p>")
+    table = _table(rows, ("model", "metric", "value", "SQNR", "samples", "layers above int8"))
+    return _section("qat", "Quantization-aware training", "".join(lines) + table)
+
+
 _NAV = (("summary", "Summary"), ("comparison", "Devices"), ("compression", "Compression"),
+        ("qat", "QAT"),
         ("float-ops", "Float ops"), ("layers", "Layers"), ("placement", "Placement"),
         ("rewrites", "Rewrites"),
         ("latency", "Latency"),
@@ -351,7 +380,7 @@ def render_report(manifest: dict, details: dict | None = None) -> str:
     """The HTML page for one bundle, from its manifest and the stages' detailed records."""
     m, details = manifest, details or {}
     # What a reader comes for first (the figures and the charts), then the records.
-    sections = [_notes(m), _summary(m), _comparison(m), _compression(m),
+    sections = [_notes(m), _summary(m), _comparison(m), _compression(m), _qat(m),
                 _float_ops(m), _layers(m, details.get("layer_chart")),
                 _placement(m, details.get("placement")), _rewrites(m),
                 _estimate(m, details.get("estimate")), _validation(m), _conversion(m), _io(m),

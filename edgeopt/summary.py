@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from edgeopt.devices.fitted import PRIOR_BASIS
 from edgeopt.devices.render import figure_text, latency_text, short_basis, significant
+from edgeopt.qat_step import qat_summary
 from edgeopt.report_validation import agreement_text, share
 from edgeopt.terminal import paint, table
 
@@ -138,6 +139,7 @@ def build_summary(result, colour: bool = False) -> str:
         ("device", f"{m['device']['name']} ({m['device']['kind']}, {m['device']['delegate']})"),
         ("scheme", f"{m['recipe']['scheme']}: {m['recipe']['method']}"),
         *_compression_rows(m),
+        *[("qat", line) for line in qat_summary(m.get("qat"))],
         ("size", _size_row(m)),
         (acc["metric"], _accuracy_row(acc, colour)),
         ("validated", f"{m['validation']['samples']} samples ({m['data']['evaluation']}, "

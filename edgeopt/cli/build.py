@@ -95,6 +95,12 @@ def _default(name: str):
 @click.option("--distill-epochs", type=click.IntRange(min=1),
               default=_default("distill_epochs"), show_default=True,
               help="Distillation epochs at most (early stopping on a held-back fifth).")
+@click.option("--qat", is_flag=True, help="Quantization-aware training: with "
+              "--accuracy-budget, when post-training quantization misses it at full integer; "
+              "alone, always. Trains on --calib (labels used when they have them).")
+@click.option("--epochs", "qat_epochs", type=click.IntRange(min=1),
+              default=_default("qat_epochs"), show_default=True,
+              help="QAT epochs at most (early stopping on a held-back fifth).")
 @click.option("--eval-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=_default("eval_fraction"), show_default=True,
               help="Share of --calib held back for evaluation when there is no --eval.")

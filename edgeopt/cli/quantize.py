@@ -56,6 +56,12 @@ from edgeopt.quiet import library_output_to_log
               "keeps any op in float (each is named); nothing is written.")
 @task_options
 @click.option("--no-bias-correction", is_flag=True, help="Keep the rounded weights' biases.")
+@click.option("--qat", is_flag=True, help="Quantization-aware training (w8a8): with "
+              "--accuracy-budget, when post-training quantization misses it at full integer; "
+              "alone, always. Trains on --calib (labels used when they have them).")
+@click.option("--epochs", "qat_epochs", type=click.IntRange(min=1),
+              default=QuantizeRequest.qat_epochs, show_default=True,
+              help="QAT epochs at most (early stopping on a held-back fifth).")
 @click.option("--report", type=PATH, default=None, help="Also write an HTML page with the "
               "layer chart.")
 @click.option("--dry-run", is_flag=True, help="Print the resolved config, with where each "
