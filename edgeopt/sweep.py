@@ -144,7 +144,8 @@ def write_best(result: SweepResult, store: Store, folder: Path) -> dict[str, str
         source, target = store.bundle(point["key"]), folder / device.replace(" ", "_")
         files = {p.name: p.read_bytes() for p in sorted(source.iterdir())
                  if p.is_file() and p.name != MARKER}
-        files["edgeopt.toml"] = build_config(point["config"]).to_toml(target).encode()
+        files["edgeopt.toml"] = build_config(point["config"], output=str(target)).to_toml(
+            target).encode()
         folder.mkdir(parents=True, exist_ok=True)
         write_bundle(target, files)
         written[device] = str(target)

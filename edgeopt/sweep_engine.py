@@ -126,7 +126,8 @@ def _build_in(task: Task, payloads: Sequence[Payload], tmp: Path, started: float
     with library_output_to_log():
         result = build(config)
     files = _bundle_files(result.output, {v: k for k, v in local.items()})
-    files["edgeopt.toml"] = build_config(task.config).to_toml(Path(task.bundle_dir)).encode()
+    files["edgeopt.toml"] = build_config(task.config, output=task.bundle_dir).to_toml(
+        Path(task.bundle_dir)).encode()
     point = _point(task, "ok", started, figures=figures(result.manifest))
     return Outcome(task.key, point, files)
 
@@ -209,30 +210,38 @@ def _check_reachable(address: str) -> None:
 
 
 def connect_ray(address: str):
-    """The `ray` module, connected to the cluster at `address` ('auto': the local one)."""
+    """The `ray` module connected to the cluster at `address` ('auto': the one this machine
+    belongs to), and whether this call made the connection."""
     try:
         import ray
     except ImportError:
         raise ConfigError("--ray needs the ray package: pip install 'edgeopt[ray]'") from None
     if address != "auto":
         _check_reachable(address)
-    if not ray.is_initialized():
-        try:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-        except ConnectionError as exc:
-            raise ConfigError(f"cannot connect to the Ray cluster ({address}): "
-                              f"{first_line(exc)}") from None
-    return ray
+    if ray.is_initialized():  # a caller's own connection is used as it is
+        return ray, False
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    except ConnectionError as exc:
+        raise ConfigError(f"cannot connect to the Ray cluster ({address}): "
+                          f"{first_line(exc)}") from None
+    return ray, True
 
 
 class RayEngine:
     """Candidates as Ray tasks; each input is put in the object store once."""
 
     def __init__(self, address: str) -> None:
-        self.ray = connect_ray(address)
+        self.ray, self.own = connect_ray(address)
 
     def run(self, jobs: list[Job], on_outcome: OnOutcome) -> None:
-        ray = self.ray
+        try:
+            self._run(self.ray, jobs, on_outcome)
+        finally:
+            if self.own:  # the connection this engine made, not a caller's
+                self.ray.shutdown()
+
+    def _run(self, ray, jobs: list[Job], on_outcome: OnOutcome) -> None:
         # Ray runs a task again when its worker dies (max_retries); application errors
         # are already failed points, so they are not retried.
         remote = ray.remote(num_cpus=1, max_retries=MAX_ATTEMPTS - 1)(run_candidate)

@@ -174,6 +174,16 @@ def _check_devices(devices: list, path: Path) -> None:
             raise _fail(path, f"devices: {exc}") from None
 
 
+def _check_files(axes: dict[str, list], shared: dict, path: Path) -> None:
+    """A missing input is the sweep file's error, not one failed point per candidate."""
+    named = [("models", m) for m in axes["models"]]
+    named += [(f"build.{k}", v) for k, v in shared.items()
+              if k in PATH_FIELDS and isinstance(v, str) and v not in NOT_PATHS]
+    for key, value in named:
+        if not Path(value).exists():
+            raise _fail(path, f"{key}: {value} not found")
+
+
 def load_space(path: str | os.PathLike) -> Space:
     """Read and expand a sweep file; a ConfigError names the file and the key."""
     file = Path(path)
@@ -182,6 +192,7 @@ def load_space(path: str | os.PathLike) -> Space:
     axes = {key: _axis(raw, key, file) for key in AXES}
     _check_devices(axes["devices"], file)
     shared = _shared(raw, file)
+    _check_files(axes, shared, file)
     candidates, excluded = _expand(axes, shared, file)
     if not candidates:
         why = f" (every combination is refused: {excluded[0][1]})" if excluded else ""
