@@ -12,9 +12,11 @@ is still recorded once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -235,8 +237,9 @@ class RayEngine:
         self.ray, self.own = connect_ray(address)
 
     def run(self, jobs: list[Job], on_outcome: OnOutcome) -> None:
-        try:
-            self._run(self.ray, jobs, on_outcome)
+        try:  # Ray prints a dead worker's notice on stdout, which is --json's alone
+            with contextlib.redirect_stdout(sys.stderr):
+                self._run(self.ray, jobs, on_outcome)
         finally:
             if self.own:  # the connection this engine made, not a caller's
                 self.ray.shutdown()

@@ -133,26 +133,54 @@ def test_a_process_pool_gives_the_serial_figures(run_cli, tmp_path, tiny_keras_p
     assert len({p["worker"]["pid"] for p in pool["points"]} - {os.getpid()}) >= 1
 
 
-def _ray_head(tmp_path: Path) -> tuple[str, Path]:
-    """A real Ray head on loopback with 2 CPUs, run by this interpreter (which has edgeopt)."""
+RAY_CLI = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; "
+           "sys.argv[0] = 'ray'; main()"]
+
+
+def _free_port() -> int:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def _ray_head() -> tuple[str, subprocess.Popen]:
+    """A real Ray head on loopback with 2 CPUs, run by this interpreter (which has edgeopt)
+    in the foreground (--block), so the test stops exactly the processes it started."""
+    import socket
+
+    port = _free_port()
     temp = Path("/tmp") / f"ray-h1-{os.getpid()}"  # Ray's socket paths must stay short
-    start = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; "
-             "sys.argv[0] = 'ray'; main()", "start", "--head", f"--port={port}",
-             "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
-             "--disable-usage-stats", f"--temp-dir={temp}"]
-    subprocess.run(start, check=True, capture_output=True, timeout=180)
-    return f"127.0.0.1:{port}", temp
+    head = subprocess.Popen([*RAY_CLI, "start", "--head", "--block", f"--port={port}",
+                             "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                             "--include-dashboard=false", "--disable-usage-stats",
+                             f"--temp-dir={temp}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert head.poll() is None, "ray start --head ended"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return f"127.0.0.1:{port}", head
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError("the Ray head did not listen within 180 s")
 
 
-def _ray_stop(temp: Path) -> None:
-    subprocess.run([sys.executable, "-c", "import sys; from ray.scripts.scripts import main; "
-                    "sys.argv[0] = 'ray'; main()", "stop", "--force"], capture_output=True,
-                   timeout=120)
+def _ray_stop(head: subprocess.Popen) -> None:
+    """Stop the head this test started and every process under it, and nothing else."""
+    import psutil
+
+    started = psutil.Process(head.pid).children(recursive=True)
+    head.terminate()
+    try:
+        head.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        head.kill()
+    for proc in started:
+        if proc.is_running():
+            proc.kill()
 
 
 def _kill_a_running_candidate(killed: list, deadline: float) -> None:
@@ -178,7 +206,7 @@ def test_ray_retries_a_killed_candidate_and_matches_the_local_run(
     pytest.importorskip("ray")
     space = _space(tmp_path, tiny_keras_path, tiny_nhwc_data)
     local = _sweep(run_cli, space, "-o", tmp_path / "local")
-    address, temp = _ray_head(tmp_path)
+    address, head = _ray_head()
     killed: list[int] = []
     try:
         killer = threading.Thread(target=_kill_a_running_candidate,
@@ -187,7 +215,7 @@ def test_ray_retries_a_killed_candidate_and_matches_the_local_run(
         record = _sweep(run_cli, space, "-o", tmp_path / "ray", "--ray", address)
         killer.join()
     finally:
-        _ray_stop(temp)
+        _ray_stop(head)
     assert killed, "no Ray worker was seen running a candidate"
     assert record["built"] == 2 and len(_point_files(tmp_path / "ray")) == 2
     assert all(p["status"] == "ok" for p in record["points"])

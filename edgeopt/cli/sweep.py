@@ -12,8 +12,8 @@ from edgeopt.sweep_report import table
 
 
 @click.command("sweep", epilog=example(
-    "edgeopt sweep samples/sweep.toml -o sweep-out --workers 2",
-    "edgeopt sweep samples/sweep.toml --dry-run",
+    "edgeopt sweep sweep.toml -o sweep-out --workers 2",
+    "edgeopt sweep sweep.toml --dry-run",
     "edgeopt sweep sweep.toml --ray auto --write-best dist/"))
 @click.argument("space", type=PATH)
 @click.option("-o", "--output", type=PATH, default="sweep", show_default=True,
