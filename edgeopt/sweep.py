@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeopt.bundle import write_bundle
+from edgeopt.bundle import check_destination, write_bundle
 from edgeopt.bundle_owner import MARKER
 from edgeopt.config import NAME_OR_PATH_FIELDS, PATH_FIELDS
 from edgeopt.errors import ConfigError, OutputError
@@ -135,13 +135,30 @@ def _todo(plan_: Plan, store: Store, retry_failed: bool) -> list[Job]:
     return todo
 
 
+def _best_folder(folder: Path, device: str) -> Path:
+    return folder / device.replace(" ", "_")
+
+
+def _check_best_folders(config: SweepConfig, plan_: Plan) -> None:
+    """--write-best fails before any build when a device's bundle folder cannot take it."""
+    if not config.write_best:
+        return
+    folder = Path(config.write_best)
+    if folder.resolve() == Path(config.output).resolve():
+        raise OutputError("--write-best needs a folder other than the sweep's output")
+    if not folder.is_dir():  # made when the bundles are written
+        return
+    for device in dict.fromkeys(t.config["device"] for t in plan_.tasks()):
+        check_destination(_best_folder(folder, device))
+
+
 def write_best(result: SweepResult, store: Store, folder: Path) -> dict[str, str]:
     """Each device's pick as a bundle `folder/DEVICE` (the bundle writer: atomic)."""
     written = {}
     for device, point in result.best.items():
         if point is None:
             continue
-        source, target = store.bundle(point["key"]), folder / device.replace(" ", "_")
+        source, target = store.bundle(point["key"]), _best_folder(folder, device)
         files = {p.name: p.read_bytes() for p in sorted(source.iterdir())
                  if p.is_file() and p.name != MARKER}
         files["edgeopt.toml"] = build_config(point["config"], output=str(target)).to_toml(
@@ -164,12 +181,11 @@ def summarize(plan_: Plan, store: Store, tolerance: float | None) -> SweepResult
 def run_sweep(config: SweepConfig, progress: Progress = _quiet) -> SweepResult:
     """Build what is not yet in the results folder, then write the results and the page."""
     plan_ = plan(config)
-    if config.write_best and Path(config.write_best).resolve() == \
-            Path(config.output).resolve():
-        raise OutputError("--write-best needs a folder other than the sweep's output")
     store = Store(Path(config.output))
-    store.prepare()
     todo = _todo(plan_, store, config.retry_failed)
+    _check_best_folders(config, plan_)
+    engine = make_engine(config) if todo else None  # an unreachable cluster: nothing written
+    store.prepare()
     total = len(plan_.jobs)
     progress(f"{total - len(todo)} of {total} candidates already built; building {len(todo)}")
     finished = 0
@@ -182,8 +198,8 @@ def run_sweep(config: SweepConfig, progress: Progress = _quiet) -> SweepResult:
             f"failed: {outcome.point['error']}"
         progress(f"[{finished}/{len(todo)}] {outcome.point['label']}: {state}")
 
-    if todo:
-        make_engine(config).run(todo, on_outcome)
+    if engine is not None:
+        engine.run(todo, on_outcome)
     result = summarize(plan_, store, config.tolerance)
     result.built, result.cached = finished, total - len(todo)
     if config.write_best:

@@ -28,6 +28,7 @@ from edgeopt.errors import ConfigError, OutputError
 from edgeopt.inputs import CAPS, read_bytes
 
 POINTS = "points"
+MARKER = ".edgeopt-sweep"  # what makes a folder a sweep's results folder
 BUNDLES = "bundles"
 MAX_PAYLOAD_FILES = 100_000
 
@@ -87,13 +88,20 @@ class Store:
         self.folder = Path(folder)
 
     def prepare(self) -> None:
-        if self.folder.exists() and not self.folder.is_dir():
+        """Make the folder; one that holds anything but a sweep's results is refused."""
+        if self.folder.is_symlink() or (self.folder.exists() and not self.folder.is_dir()):
             raise OutputError(f"sweep output {self.folder} exists and is not a folder")
+        if self.folder.is_dir() and any(self.folder.iterdir()) and \
+                not (self.folder / MARKER).is_file():
+            raise OutputError(f"sweep output {self.folder} holds files that are not a sweep's "
+                              "results; nothing was written (choose a new folder)")
         try:
             (self.folder / POINTS).mkdir(parents=True, exist_ok=True)
             (self.folder / BUNDLES).mkdir(exist_ok=True)
         except OSError as exc:
             raise OutputError(f"cannot create {self.folder}: {exc.strerror or exc}") from None
+        if not (self.folder / MARKER).is_file():
+            write_file_atomic(self.folder / MARKER, "edgeopt sweep results\n")
 
     def point(self, key: str) -> dict | None:
         """The finished point of `key`, or None (also for a file that does not parse)."""

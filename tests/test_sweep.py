@@ -93,7 +93,19 @@ def test_an_unreachable_ray_address_is_one_error(run_cli, tmp_path, tiny_keras_p
     space = _space(tmp_path, tiny_keras_path, tiny_nhwc_data, schemes=["float"])
     result = run_cli("sweep", space, "-o", tmp_path / "out", "--ray", "127.0.0.1:9")
     assert_user_error(result, "cannot reach the Ray cluster at 127.0.0.1:9")
-    assert not list((tmp_path / "out" / "points").glob("*"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_of_other_files_is_not_taken_for_results(run_cli, tmp_path, tiny_keras_path,
+                                                         tiny_nhwc_data):
+    space = _space(tmp_path, tiny_keras_path, tiny_nhwc_data, schemes=["float"])
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "report.html").write_text("my own page")
+    result = run_cli("sweep", space, "-o", out)
+    assert_user_error(result, "not a sweep's results")
+    assert [p.name for p in out.iterdir()] == ["report.html"]
+    assert (out / "report.html").read_text() == "my own page"
 
 
 @pytest.mark.slow
