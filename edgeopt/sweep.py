@@ -34,10 +34,13 @@ from edgeopt.sweep_engine import (
     build_config,
 )
 from edgeopt.sweep_report import pareto_fronts, pick, render_page
+from edgeopt.sweep_search import search
 from edgeopt.sweep_space import Space, load_space
 
 Progress = Callable[[str], None]
 RESULTS, PAGE = "sweep.json", "report.html"
+SEARCHES = ("grid", "optuna")
+DEFAULT_TRIALS = 20
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,16 @@ class SweepConfig:
     write_best: str | None = None  # a folder: one bundle per device, the device's pick
     retry_failed: bool = False
     tolerance: float | None = None  # quality a pick may give up for speed (see sweep_report)
+    search: str = "grid"  # grid: every candidate; optuna: `trials` chosen per device
+    trials: int | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ConfigError("--workers must be at least 1")
+        if self.search not in SEARCHES:
+            raise ConfigError(f"--search must be one of {', '.join(SEARCHES)}")
+        if self.trials is not None and (self.search != "optuna" or self.trials < 1):
+            raise ConfigError("--trials N (N >= 1) goes with --search optuna")
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,7 @@ def plan(config: SweepConfig) -> Plan:
     space = load_space(config.space)
     bundles = Path(config.output) / "bundles"
     payloads: dict[str, Payload] = {}
-    jobs = []
+    jobs, keys = [], set()
     for candidate in space.candidates:
         fields = space.config(candidate, "unused").to_json()
         inputs = _inputs(fields)
@@ -114,6 +123,9 @@ def plan(config: SweepConfig) -> Plan:
         hashes = {k: payloads[v].sha256 for k, v in fields.items() if v in payloads}
         settings = {k: v for k, v in fields.items() if k not in hashes and k != "output"}
         key = candidate_key(settings, hashes)
+        if key in keys:  # the same bytes under two names: one candidate
+            continue
+        keys.add(key)
         del fields["output"]
         task = Task(key, candidate.label, fields, tuple(inputs), str(bundles / key))
         jobs.append((task, tuple(payloads[p] for p in inputs)))
@@ -178,30 +190,56 @@ def summarize(plan_: Plan, store: Store, tolerance: float | None) -> SweepResult
                        excluded=list(plan_.space.excluded))
 
 
+class _Recorder:
+    """Stores each outcome as it comes, and says so."""
+
+    def __init__(self, store: Store, total: int | None, progress: Progress) -> None:
+        self.store, self.total, self.progress, self.finished = store, total, progress, 0
+
+    def __call__(self, outcome: Outcome) -> None:
+        self.store.save(outcome.key, outcome.point, outcome.files)
+        self.finished += 1
+        state = "built" if outcome.point["status"] == "ok" else \
+            f"failed: {outcome.point['error']}"
+        of = f"/{self.total}" if self.total is not None else ""
+        self.progress(f"[{self.finished}{of}] {outcome.point['label']}: {state}")
+
+
+def _run(config: SweepConfig, plan_: Plan, engine: Engine, todo: list[Job],
+         recorder: _Recorder) -> None:
+    if config.search == "optuna":
+        jobs = {task.key: (task, payloads) for task, payloads in plan_.jobs}
+        search(plan_.tasks(), config.trials or DEFAULT_TRIALS, config.workers,
+               int(plan_.space.shared.get("seed", 0)), recorder.store.point,
+               lambda tasks: engine.run([jobs[t.key] for t in tasks], recorder))
+    elif todo:
+        engine.run(todo, recorder)
+
+
 def run_sweep(config: SweepConfig, progress: Progress = _quiet) -> SweepResult:
     """Build what is not yet in the results folder, then write the results and the page."""
     plan_ = plan(config)
     store = Store(Path(config.output))
-    todo = _todo(plan_, store, config.retry_failed)
+    grid = config.search == "grid"
+    todo = _todo(plan_, store, config.retry_failed) if grid else []
     _check_best_folders(config, plan_)
-    engine = make_engine(config) if todo else None  # an unreachable cluster: nothing written
+    # connect before writing anything: an unreachable cluster leaves no folder behind
+    engine = make_engine(config) if todo or not grid else None
     store.prepare()
     total = len(plan_.jobs)
-    progress(f"{total - len(todo)} of {total} candidates already built; building {len(todo)}")
-    finished = 0
-
-    def on_outcome(outcome: Outcome) -> None:
-        nonlocal finished
-        store.save(outcome.key, outcome.point, outcome.files)
-        finished += 1
-        state = "built" if outcome.point["status"] == "ok" else \
-            f"failed: {outcome.point['error']}"
-        progress(f"[{finished}/{len(todo)}] {outcome.point['label']}: {state}")
-
-    if engine is not None:
-        engine.run(todo, on_outcome)
+    if grid:
+        progress(f"{total - len(todo)} of {total} candidates already built; building "
+                 f"{len(todo)}")
+    recorder = _Recorder(store, len(todo) if grid else None, progress)
+    try:
+        if engine is not None:
+            _run(config, plan_, engine, todo, recorder)
+    finally:
+        if engine is not None:
+            engine.close()
     result = summarize(plan_, store, config.tolerance)
-    result.built, result.cached = finished, total - len(todo)
+    result.built = recorder.finished
+    result.cached = total - len(todo) if grid else len(result.points) - recorder.finished
     if config.write_best:
         result.best_bundles = write_best(result, store, Path(config.write_best))
     store.write(RESULTS, json.dumps(result.to_json(), indent=2, default=str) + "\n")

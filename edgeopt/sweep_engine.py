@@ -66,6 +66,9 @@ class Engine(Protocol):
     def run(self, jobs: list[Job], on_outcome: OnOutcome) -> None:
         """Run every job; call `on_outcome` in this process once per job, as each ends."""
 
+    def close(self) -> None:
+        """Let go of what the engine holds (a cluster connection); run no more jobs."""
+
 
 def build_config(fields: dict, **changes) -> BuildConfig:
     """A BuildConfig from its JSON record (lists back to tuples)."""
@@ -152,6 +155,9 @@ def run_candidate(task: Task, *payloads: Payload) -> Outcome:
 class SerialEngine:
     """Candidates one after another in this process (`--workers 1`)."""
 
+    def close(self) -> None:
+        pass
+
     def run(self, jobs: list[Job], on_outcome: OnOutcome) -> None:
         for task, payloads in jobs:
             on_outcome(run_candidate(task, *payloads))
@@ -162,6 +168,9 @@ class LocalEngine:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
+
+    def close(self) -> None:
+        pass  # each run() has its own pool
 
     def run(self, jobs: list[Job], on_outcome: OnOutcome) -> None:
         attempts = {task.key: 0 for task, _ in jobs}
@@ -237,12 +246,13 @@ class RayEngine:
         self.ray, self.own = connect_ray(address)
 
     def run(self, jobs: list[Job], on_outcome: OnOutcome) -> None:
-        try:  # Ray prints a dead worker's notice on stdout, which is --json's alone
-            with contextlib.redirect_stdout(sys.stderr):
-                self._run(self.ray, jobs, on_outcome)
-        finally:
-            if self.own:  # the connection this engine made, not a caller's
-                self.ray.shutdown()
+        # Ray prints a dead worker's notice on stdout, which is --json's alone
+        with contextlib.redirect_stdout(sys.stderr):
+            self._run(self.ray, jobs, on_outcome)
+
+    def close(self) -> None:
+        if self.own:  # the connection this engine made, not a caller's
+            self.ray.shutdown()
 
     def _run(self, ray, jobs: list[Job], on_outcome: OnOutcome) -> None:
         # Ray runs a task again when its worker dies (max_retries); application errors

@@ -233,3 +233,25 @@ def test_ray_retries_a_killed_candidate_and_matches_the_local_run(
     assert all(p["status"] == "ok" for p in record["points"])
     assert killed[0] not in {p["worker"]["pid"] for p in record["points"]}  # it was run again
     assert _figures(record) == _figures(local)
+
+
+def test_trials_go_with_an_optuna_search(run_cli, tmp_path, tiny_keras_path, tiny_nhwc_data):
+    space = _space(tmp_path, tiny_keras_path, tiny_nhwc_data, schemes=["float"])
+    assert_user_error(run_cli("sweep", space, "-o", tmp_path / "out", "--trials", "3"),
+                      "--trials N (N >= 1) goes with --search optuna")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_an_optuna_search_builds_at_most_its_trials(run_cli, tmp_path, tiny_keras_path,
+                                                     tiny_nhwc_data):
+    pytest.importorskip("optuna")
+    space = _space(tmp_path, tiny_keras_path, tiny_nhwc_data,
+                   schemes=["w8a8", "float", "fp16", "dynamic"])
+    out = tmp_path / "out"
+    record = _sweep(run_cli, space, "-o", out, "--search", "optuna", "--trials", "3")
+    assert 1 <= record["built"] <= 3 and len(_point_files(out)) == record["built"]
+    assert record["fronts"]["host-cpu"] and record["best"]["host-cpu"]
+    again = _sweep(run_cli, space, "-o", out, "--search", "optuna", "--trials", "3")
+    assert again["built"] == 0  # the same seed asks for the same candidates: all stored
+    assert all(json.loads(v)["status"] == "ok" for v in _point_files(out).values())

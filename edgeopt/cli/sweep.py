@@ -30,15 +30,21 @@ from edgeopt.sweep_report import table
               "may give up for speed: in the metric's units (default 0.01 of a share, 1 dB).")
 @click.option("--retry-failed", is_flag=True, help="Build the candidates that failed before "
               "again (a finished one is never rebuilt).")
+@click.option("--search", type=click.Choice(["grid", "optuna"]), default="grid",
+              show_default=True, help="grid: every candidate; optuna: a multi-objective "
+              "search (NSGA-II: quality up, latency down) of --trials candidates per device "
+              "(needs edgeopt[optuna]).")
+@click.option("--trials", type=click.IntRange(min=1), default=None,
+              help="Trials per device with --search optuna (default 20).")
 @click.option("--dry-run", is_flag=True, help="List the candidates (and what is already "
               "built), build nothing.")
 @json_option
 def command(space: str, output: str, workers: int, ray_address: str | None,
             write_best: str | None, tolerance: float | None, retry_failed: bool,
-            dry_run: bool, as_json: bool) -> None:
+            search: str, trials: int | None, dry_run: bool, as_json: bool) -> None:
     """Build every candidate of a sweep file and show the Pareto front per device."""
     config = SweepConfig(space, output, workers, ray_address, write_best, retry_failed,
-                         tolerance)
+                         tolerance, search, trials)
     if dry_run:
         return _dry_run(config, as_json)
     with library_output_to_log(), step_progress(as_json) as progress:
