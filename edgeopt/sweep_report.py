@@ -160,6 +160,17 @@ def _scale(values: list[float], low_px: float, high_px: float):
     return lambda v: low_px + (v - lo) / (hi - lo) * (high_px - low_px)
 
 
+def _ticks(points: list[dict], x, y, axis_y: float, axis_x: float) -> list[str]:
+    """The smallest and largest value on each axis, written where they fall."""
+    latencies = [p["figures"]["latency_ms"] for p in points]
+    qualities = [_quality(p) for p in points]
+    parts = [f'<text x="{x(v):.1f}" y="{axis_y + 14:.1f}" font-size="10" '
+             f'text-anchor="middle">{v:.3g}</text>' for v in {min(latencies), max(latencies)}]
+    parts += [f'<text x="{axis_x - 4:.1f}" y="{y(v) + 3:.1f}" font-size="10" '
+              f'text-anchor="end">{abs(v):.4g}</text>' for v in {min(qualities), max(qualities)}]
+    return parts
+
+
 def front_chart(points: list[dict], front: list[dict], chosen: dict | None, title: str) -> str:
     """Quality against latency: every point numbered, the front joined and labelled."""
     w, h, left, bottom = 720, 380, 64, 40
@@ -177,6 +188,7 @@ def front_chart(points: list[dict], front: list[dict], chosen: dict | None, titl
                      f'{esc(row(p)["latency"])}</title><circle cx="{px:.1f}" cy="{py:.1f}" '
                      f'r="5" fill="{colour}"/><text x="{px + 7:.1f}" y="{py - 6:.1f}" '
                      f'font-size="11">{esc(text)}</text></g>')
+    parts += _ticks(points, x, y, h - bottom, left)
     metric = points[0]["figures"]["metric"]
     sign = " (lower is better, drawn upside down)" if metric in LOWER_IS_BETTER else ""
     parts.append(f'<text x="{left}" y="{h - 8}" font-size="12">estimated latency (ms) →'
