@@ -121,9 +121,12 @@ def ray_step(space: Path, folder: Path, n: int) -> dict | None:
         wall, record = sweep(space, folder / "ray", "--ray", address)
     finally:
         stop_ray_head(head)
+    from importlib.metadata import version
+
     return {"wall_s": round(wall, 2), "build_s": round(build_seconds(record), 2),
             "overhead_per_candidate_s": round((2 * wall - build_seconds(record)) / n, 2),
-            "ok": sum(p["status"] == "ok" for p in record["points"])}
+            "ok": sum(p["status"] == "ok" for p in record["points"]),
+            "ray_version": version("ray")}
 
 
 def run(no_ray: bool) -> dict:
@@ -137,6 +140,8 @@ def run(no_ray: bool) -> dict:
         pool_wall, pool = sweep(space, folder / "pool", "--workers", "2")
         rerun_wall, rerun = sweep(space, folder / "pool", "--workers", "2")
         ray = None if no_ray else ray_step(space, folder, n)
+        if ray:
+            ray["efficiency"] = round(single / (2 * ray["wall_s"]), 3)
     return {"candidates": n, "failed": serial["failed"] + pool["failed"],
             "serial": {"wall_s": round(serial_wall, 2), "sum_single_builds_s": round(single, 2)},
             "pool": {"wall_s": round(pool_wall, 2), "build_s": round(build_seconds(pool), 2),
