@@ -255,3 +255,39 @@ def test_an_optuna_search_builds_at_most_its_trials(run_cli, tmp_path, tiny_kera
     again = _sweep(run_cli, space, "-o", out, "--search", "optuna", "--trials", "3")
     assert again["built"] == 0  # the same seed asks for the same candidates: all stored
     assert all(json.loads(v)["status"] == "ok" for v in _point_files(out).values())
+
+
+def _kill_a_pool_worker(killed: list, deadline: float) -> None:
+    """SIGKILL a spawned pool worker of this process once it has been working a while."""
+    import psutil
+
+    me = psutil.Process()
+    while time.monotonic() < deadline and not killed:
+        for proc in me.children(recursive=True):
+            try:
+                cmdline = " ".join(proc.cmdline())
+                age = time.time() - proc.create_time()
+            except psutil.Error:
+                continue
+            if "spawn_main" in cmdline and age > 15:  # past start-up, inside a build
+                proc.kill()
+                killed.append(proc.pid)
+                return
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_pool_worker_killed_mid_candidate_is_retried(run_cli, tmp_path, tiny_keras_path,
+                                                      tiny_nhwc_data):
+    import threading
+
+    space = _space(tmp_path, tiny_keras_path, tiny_nhwc_data)
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_a_pool_worker, args=(killed, time.monotonic() + 600))
+    killer.start()
+    record = _sweep(run_cli, space, "-o", tmp_path / "out", "--workers", "2")
+    killer.join()
+    assert killed, "no pool worker was killed"
+    assert record["built"] == 2 and len(_point_files(tmp_path / "out")) == 2
+    assert all(p["status"] == "ok" for p in record["points"])
+    assert killed[0] not in {p["worker"]["pid"] for p in record["points"]}
