@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -45,6 +46,7 @@ from _common import (
 NAME = "sweep"
 SAMPLES = REPO / "samples"
 MIN_EFFICIENCY, MAX_RAY_OVERHEAD_S, MAX_RERUN_SHARE = 0.80, 2.0, 0.05
+RAY_TEMP = Path("/tmp") / f"edgeopt-ray-bench-{os.getpid()}"  # short: Ray's socket paths
 RAY_CLI = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; "
            "sys.argv[0] = 'ray'; main()"]
 
@@ -83,7 +85,7 @@ def start_ray_head() -> tuple[str, subprocess.Popen]:
     head = subprocess.Popen([*RAY_CLI, "start", "--head", "--block", f"--port={port}",
                              "--node-ip-address=127.0.0.1", "--num-cpus=2",
                              "--include-dashboard=false", "--disable-usage-stats",
-                             f"--temp-dir=/tmp/ray-bench-{os.getpid()}"],
+                             f"--temp-dir={RAY_TEMP}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     for _ in range(360):
@@ -109,6 +111,7 @@ def stop_ray_head(head: subprocess.Popen) -> None:
     for proc in started:
         if proc.is_running():
             proc.kill()
+    shutil.rmtree(RAY_TEMP, ignore_errors=True)
 
 
 def ray_step(space: Path, folder: Path, n: int) -> dict | None:

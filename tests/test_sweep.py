@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -145,6 +146,7 @@ def test_a_process_pool_gives_the_serial_figures(run_cli, tmp_path, tiny_keras_p
     assert len({p["worker"]["pid"] for p in pool["points"]} - {os.getpid()}) >= 1
 
 
+RAY_TEMP = Path("/tmp") / f"edgeopt-ray-{os.getpid()}"  # Ray's socket paths must stay short
 RAY_CLI = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; "
            "sys.argv[0] = 'ray'; main()"]
 
@@ -163,11 +165,10 @@ def _ray_head() -> tuple[str, subprocess.Popen]:
     import socket
 
     port = _free_port()
-    temp = Path("/tmp") / f"ray-h1-{os.getpid()}"  # Ray's socket paths must stay short
     head = subprocess.Popen([*RAY_CLI, "start", "--head", "--block", f"--port={port}",
                              "--node-ip-address=127.0.0.1", "--num-cpus=2",
                              "--include-dashboard=false", "--disable-usage-stats",
-                             f"--temp-dir={temp}"], stdout=subprocess.DEVNULL,
+                             f"--temp-dir={RAY_TEMP}"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -193,6 +194,7 @@ def _ray_stop(head: subprocess.Popen) -> None:
     for proc in started:
         if proc.is_running():
             proc.kill()
+    shutil.rmtree(RAY_TEMP, ignore_errors=True)
 
 
 def _kill_a_running_candidate(killed: list, deadline: float) -> None:
