@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "check it in the real runtime."),
     "compress": ("edgeopt.cli.compress", "Prune (remove channels) or sparsify MODEL, and "
                  "distill it back from the original."),
+    "sweep": ("edgeopt.cli.sweep", "Build every candidate of a sweep file and show the "
+              "Pareto front per device."),
     "estimate": ("edgeopt.cli.estimate", "Estimate latency and energy of MODEL on a device, "
                  "per op, before touching it."),
     "bench": ("edgeopt.cli.bench", "Measure latency, memory, power and numerics of MODELS, "
