@@ -35,7 +35,9 @@ from edgeopt.devices.profile import load_profile
 from edgeopt.divergence_compare import (
     OpCheck,
     TensorStats,
+    added_error,
     first_divergence,
+    largest_increase,
     op_checks,
     partition_ops,
     path_to_outputs,
@@ -314,6 +316,16 @@ def _op_json(graph: Graph, check: OpCheck) -> dict:
     return record
 
 
+def _increase_json(graph: Graph, check: OpCheck | None) -> dict | None:
+    if check is None:
+        return None
+    return {**_op_json(graph, check), "added_rel_error": _finite_or_str(added_error(check))}
+
+
+def _finite_or_str(value: float) -> float | str:
+    return value if np.isfinite(value) else "inf"
+
+
 def _report(config: DivergenceConfig, handle: ModelHandle, graph: Graph, stats: dict,
             partitions, labels: tuple[str, str], samples: int, facts: dict) -> dict:
     checks = op_checks(graph, stats, partitions)
@@ -333,6 +345,7 @@ def _report(config: DivergenceConfig, handle: ModelHandle, graph: Graph, stats: 
         "ops_observed": len(checks) - len(unobservable), "ops": len(checks),
         "unobservable": unobservable,
         "first_divergence": _op_json(graph, first) if first else None,
+        "largest_increase": _increase_json(graph, largest_increase(checks)),
         "path": [_op_json(graph, by_index[i]) for i in path],
         "outputs": outputs,
         "per_op": [_op_json(graph, c) for c in checks],

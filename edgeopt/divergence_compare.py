@@ -174,6 +174,20 @@ def first_divergence(checks: Sequence[OpCheck], threshold: float) -> OpCheck | N
     return next((c for c in checks if c.departs(threshold)), None)
 
 
+def added_error(check: OpCheck) -> float:
+    """How much relative error the op adds to what its inputs already carried."""
+    worst = check.worst()
+    if worst is None or not math.isfinite(worst[1].rel_error):
+        return math.inf if worst is not None else 0.0
+    return worst[1].rel_error - (check.input_error or 0.0)
+
+
+def largest_increase(checks: Sequence[OpCheck]) -> OpCheck | None:
+    """The op that adds the most error: the likely culprit when drift only accumulates."""
+    seen = [c for c in checks if c.worst() is not None]
+    return max(seen, key=added_error) if seen else None
+
+
 def path_to_outputs(graph: Graph, op_index: int) -> list[int]:
     """The shortest chain of ops from `op_index` to one that writes a model output."""
     ops = {op.index: op for op in graph.ops_in_subgraph(0)}

@@ -55,6 +55,13 @@ def _first(record: dict) -> list[tuple[str, str]]:
                  f"rel error {_num(inputs) if inputs is not None else '— (model inputs)'}")]
 
 
+def _increase(check: dict) -> str:
+    """The op that adds the most error (drift accumulates; a broken kernel jumps)."""
+    return (f"op {check['index']} {check['op']} ({check['unit']}) adds "
+            f"{_num(check['added_rel_error'])} rel error to its inputs' "
+            f"{_num(check['input_rel_error'])}")
+
+
 def _path(record: dict) -> str:
     steps = [f"op {p['index']} {p['op']} {_num(p['error']['rel_error']) if 'error' in p else '?'}"
              for p in record["path"]]
@@ -82,6 +89,8 @@ def render_divergence(record: dict) -> str:
             ("compared", _compared(record)), *_first(record)]
     if record["path"]:
         rows.append(("path", _path(record)))
+    if record.get("largest_increase"):
+        rows.append(("worst step", _increase(record["largest_increase"])))
     if record["unobservable"]:
         ops = ", ".join(f"{u['index']} {u['op']}" for u in record["unobservable"][:12])
         more = len(record["unobservable"]) - 12

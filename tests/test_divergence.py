@@ -1,0 +1,225 @@
+"""`edgeopt bench --find-divergence` on the host: a delegate that miscomputes one op kind
+(tests/fixtures/planted_delegate.c, compiled here and loaded through LiteRT's external
+delegate interface) must be named, with its path to the outputs; XNNPACK against the
+reference kernels; the exposed-outputs copy of a model; the error figures themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import assert_user_error
+from edgeopt.divergence_compare import TensorStats, path_to_outputs
+from edgeopt.graph import Quantization
+from edgeopt.tflite_expose import expose_op_outputs
+from edgeopt.tflite_reader import read_tflite
+
+FIXTURE = Path(__file__).parent / "fixtures" / "planted_delegate.c"
+COMPILER = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+@pytest.fixture(scope="session")
+def planted_delegate(tmp_path_factory) -> Path:
+    """The planted delegate as a shared library (needs a C compiler; .ci/run installs gcc)."""
+    if COMPILER is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the planted delegate")
+    library = tmp_path_factory.mktemp("delegate") / "libplanted_delegate.so"
+    subprocess.run([COMPILER, "-shared", "-fPIC", "-O1", "-o", str(library), str(FIXTURE)],
+                   check=True, capture_output=True, timeout=120)
+    return library
+
+
+def _two_branch_model():
+    """Conv and a 1x1 conv of the image added, then conv, pool, dense: one float ADD."""
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import keras
+
+    keras.utils.set_random_seed(0)
+    image = keras.Input((8, 8, 3), name="image")
+    left = keras.layers.Conv2D(4, 3, padding="same")(image)
+    right = keras.layers.Conv2D(4, 1)(image)
+    x = keras.layers.Add()([left, right])
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(image, keras.layers.Dense(3)(x))
+
+
+@pytest.fixture(scope="session")
+def add_tflite(tmp_path_factory) -> Path:
+    import tensorflow as tf
+
+    content = tf.lite.TFLiteConverter.from_keras_model(_two_branch_model()).convert()
+    path = tmp_path_factory.mktemp("divergence") / "two_branch.tflite"
+    path.write_bytes(content)
+    return path
+
+
+def _op_index(path: Path, kind: str) -> int:
+    return next(op.index for op in read_tflite(path).ops if op.op == kind)
+
+
+def _divergence(bench, model, *args) -> dict:
+    result = bench(model, "--find-divergence", *args, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# --- the planted divergence ---------------------------------------------------------------
+
+@pytest.mark.parametrize("observe", ["outputs", "preserve"])
+def test_the_planted_add_is_found(bench, add_tflite, planted_delegate, observe):
+    record = _divergence(bench, add_tflite, "--delegate", planted_delegate,
+                         "--delegate-option", "op=ADD", "--observe", observe)
+    first = record["first_divergence"]
+    assert first["op"] == "ADD" and first["index"] == _op_index(add_tflite, "ADD")
+    assert first["unit"].startswith("partition")       # the planted delegate ran it
+    assert first["input_rel_error"] < 1e-5             # its inputs were still right
+    assert first["error"]["max_abs"] == pytest.approx(0.5, abs=1e-3)  # the planted bias
+    assert record["largest_increase"]["index"] == first["index"]
+    graph = read_tflite(add_tflite)
+    path = [step["index"] for step in record["path"]]
+    assert path[0] == first["index"]
+    assert set(graph.ops[path[-1]].outputs) & set(graph.outputs)
+    assert record["outputs"] and record["outputs"][0]["error"]["rel_error"] > 0.01
+    assert "external delegate" in record["candidate"] and "BUILTIN_REF" in record["reference"]
+
+
+def test_a_planted_op_the_model_lacks_leaves_no_divergence(bench, add_tflite,
+                                                           planted_delegate):
+    record = _divergence(bench, add_tflite, "--delegate", planted_delegate,
+                         "--delegate-option", "op=MUL")
+    assert record["first_divergence"] is None
+    assert record["partitions_as_shipped"] >= 1           # XNNPACK took the float ops
+
+
+def test_the_terminal_names_the_op_and_its_path(bench, add_tflite, planted_delegate):
+    result = bench(add_tflite, "--find-divergence", "--delegate", planted_delegate)
+    assert result.exit_code == 0, result.stderr
+    lines = dict(line.split(None, 1) for line in result.stdout.splitlines()
+                 if line and not line.startswith(" "))
+    assert lines["first"].startswith(f"op {_op_index(add_tflite, 'ADD')} ADD")
+    assert lines["path"].endswith("(output)") and "ADD" in lines["path"]
+
+
+# --- XNNPACK against the reference kernels ------------------------------------------------
+
+def test_xnnpack_float_agrees_with_the_reference(bench, add_tflite):
+    record = _divergence(bench, add_tflite)
+    assert record["first_divergence"] is None
+    assert record["ops_observed"] == record["ops"] == len(read_tflite(add_tflite).ops)
+    assert "XNNPACK" in record["candidate"]
+    assert record["partitions"] == record["partitions_as_shipped"]  # exposing kept them
+
+
+def test_int8_tensors_report_quantized_steps(bench, tiny_int8_tflite):
+    record = _divergence(bench, tiny_int8_tflite, "--threshold", "1e-9")
+    quantized = [op for op in record["per_op"] if op["tensor"]["quantization"]]
+    assert quantized
+    for op in quantized:
+        assert op["error"]["max_steps"] is not None
+        assert set(op["tensor"]["quantization"]) >= {"scale", "zero_point"}
+    departed = record["first_divergence"]
+    assert departed is None or departed["error"]["max_steps"] > 1
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_tflite(tmp_path_factory, tiny_keras_path) -> Path:
+    import tensorflow as tf
+
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import keras
+
+    model = keras.models.load_model(tiny_keras_path)
+    rng = np.random.default_rng(0)
+    shape = (1, *model.inputs[0].shape[1:])
+
+    def samples():
+        for _ in range(8):
+            yield [rng.random(shape, dtype=np.float32)]
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = samples
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    path = tmp_path_factory.mktemp("int8") / "tiny_int8.tflite"
+    path.write_bytes(converter.convert())
+    return path
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+def test_onnx_is_refused(bench, tiny_onnx_path):
+    assert_user_error(bench(tiny_onnx_path, "--find-divergence"), "compares LiteRT runs")
+
+
+def test_two_models_are_refused(bench, add_tflite):
+    assert_user_error(bench(add_tflite, add_tflite, "--find-divergence"), "one model")
+
+
+def test_preserve_is_host_only(bench, add_tflite):
+    assert_user_error(bench(add_tflite, "--find-divergence", "--observe", "preserve",
+                            "--adb", "SERIAL"), "host only")
+
+
+# --- the parts ----------------------------------------------------------------------------
+
+def test_exposed_copy_keeps_tensors_and_the_original_outputs(add_tflite):
+    from ai_edge_litert.interpreter import Interpreter
+
+    content = add_tflite.read_bytes()
+    exposed = expose_op_outputs(content)
+    graph = read_tflite(content)
+    every = {t for op in graph.ops for t in op.outputs}
+    assert exposed.tensors[:len(graph.outputs)] == graph.outputs
+    assert set(exposed.tensors) == every
+    x = np.random.default_rng(1).random((1, 8, 8, 3), dtype=np.float32)
+    runs = []
+    for model in (content, exposed.content):
+        it = Interpreter(model_content=model)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        runs.append({d["index"]: it.get_tensor(d["index"]) for d in it.get_output_details()})
+    assert list(runs[1]) == list(exposed.tensors)
+    out = graph.outputs[0]
+    np.testing.assert_array_equal(runs[0][out], runs[1][out])
+
+
+def test_one_quantized_step_is_rounding_not_divergence():
+    stats = TensorStats(Quantization(scale=(0.1,), zero_point=(0,)))
+    reference = np.array([1, 2, 3, 4], np.int8)
+    stats.add(reference, reference + np.array([1, 0, 1, 0], np.int8))
+    assert stats.rel_error > 0.1 and stats.max_steps == 1
+    assert not stats.departs(0.01)
+    stats.add(reference, reference + np.array([3, 0, 0, 0], np.int8))
+    assert stats.max_steps == 3 and stats.departs(0.01)
+
+
+def test_float_error_is_relative_to_the_reference_norm():
+    stats = TensorStats(None)
+    stats.add(np.array([3.0, 4.0]), np.array([3.0, 4.5]))
+    assert stats.rel_error == pytest.approx(0.1)
+    assert stats.to_json()["max_steps"] is None
+    stats.add(np.array([1.0]), np.array([np.nan]))
+    assert stats.departs(1e6)                               # NaN where the reference is not
+
+
+def test_path_runs_through_consumers_to_an_output(add_tflite):
+    graph = read_tflite(add_tflite)
+    first_conv = graph.ops[0].index
+    path = path_to_outputs(graph, first_conv)
+    assert path[0] == first_conv
+    assert set(graph.ops[path[-1]].outputs) & set(graph.outputs)
+    for a, b in zip(path, path[1:]):
+        assert set(graph.ops[a].outputs) & set(graph.ops[b].inputs)
