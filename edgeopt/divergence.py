@@ -32,6 +32,14 @@ import numpy as np
 
 from edgeopt.bench import BenchConfig
 from edgeopt.devices.profile import load_profile
+from edgeopt.devices.runners import adb
+from edgeopt.devices.runners.android_numerics import device_output_files
+from edgeopt.devices.runners.delegates import HostDelegate, host_delegate
+from edgeopt.devices.runners.measurement import ModelInfo
+from edgeopt.devices.runners.numerics import device_input_files, numerics_inputs
+from edgeopt.devices.runners.remote import RemoteBenchmark
+from edgeopt.devices.runners.staging import probe, stage
+from edgeopt.devices.runners.workspace import Workspace, cleanup
 from edgeopt.divergence_compare import (
     OpCheck,
     TensorStats,
@@ -42,14 +50,6 @@ from edgeopt.divergence_compare import (
     partition_ops,
     path_to_outputs,
 )
-from edgeopt.devices.runners import adb
-from edgeopt.devices.runners.android_numerics import device_output_files
-from edgeopt.devices.runners.delegates import HostDelegate, host_delegate
-from edgeopt.devices.runners.measurement import ModelInfo
-from edgeopt.devices.runners.numerics import device_input_files, numerics_inputs
-from edgeopt.devices.runners.remote import RemoteBenchmark
-from edgeopt.devices.runners.staging import probe, stage
-from edgeopt.devices.runners.workspace import Workspace, cleanup
 from edgeopt.errors import ConfigError, DeviceError, ModelLoadError, first_line
 from edgeopt.graph import Graph
 from edgeopt.model import ModelHandle, load_model
