@@ -168,8 +168,13 @@ def _readable(interpreter, tensor: int) -> np.ndarray | None:
         return None
 
 
+NOT_ARRAYS = frozenset({"string", "resource", "variant"})
+
+
 def _op_outputs(graph: Graph) -> list[int]:
-    return [t for op in graph.ops_in_subgraph(0) for t in op.outputs if t >= 0]
+    """Op results that are arrays (reading a resource tensor crashes LiteRT)."""
+    return [t for op in graph.ops_in_subgraph(0) for t in op.outputs
+            if t >= 0 and graph.tensor(t).dtype not in NOT_ARRAYS]
 
 
 def _preserve_observable(graph: Graph, partitions, nodes) -> set[int]:
@@ -328,7 +333,7 @@ def _finite_or_str(value: float) -> float | str:
 
 def _report(config: DivergenceConfig, handle: ModelHandle, graph: Graph, stats: dict,
             partitions, labels: tuple[str, str], samples: int, facts: dict) -> dict:
-    checks = op_checks(graph, stats, partitions)
+    checks = op_checks(graph, stats, partitions, set(_op_outputs(graph)))
     first = first_divergence(checks, config.threshold)
     by_index = {c.index: c for c in checks}
     path = path_to_outputs(graph, first.index) if first else []

@@ -3,7 +3,7 @@ a threshold, and the ops from there to the model's outputs.
 
     >>> stats = {t: TensorStats(graph.tensor(t).quantization) for t in observed}
     >>> stats[t].add(reference_value, candidate_value)        # once per sample
-    >>> checks = op_checks(graph, stats, partitions)
+    >>> checks = op_checks(graph, stats, partitions, arrays=set(stats))
     >>> first = first_divergence(checks, threshold=0.01)
     >>> path_to_outputs(graph, first.index)
     [12, 13, 15]
@@ -157,15 +157,16 @@ def partition_ops(graph: Graph, node_inputs: Sequence[int],
 
 
 def op_checks(graph: Graph, stats: dict[int, TensorStats],
-              partitions: Sequence[Sequence[int]]) -> list[OpCheck]:
-    """Every op of the main subgraph in execution order, with what was measured of it."""
+              partitions: Sequence[Sequence[int]], arrays: set[int]) -> list[OpCheck]:
+    """Every op of the main subgraph in execution order, with what was measured of it;
+    outputs that are not arrays (`arrays` lacks them: resource handles) are left out."""
     unit = {op: f"partition {k}" for k, members in enumerate(partitions) for op in members}
     checks = []
     for op in graph.ops_in_subgraph(0):
         inputs = [stats[t].rel_error for t in op.inputs if t in stats
                   and not graph.tensor(t).is_constant]
         checks.append(OpCheck(op.index, op.op, unit.get(op.index, "cpu"),
-                              tuple((t, stats.get(t)) for t in op.outputs if t >= 0),
+                              tuple((t, stats.get(t)) for t in op.outputs if t in arrays),
                               max(inputs) if inputs else None))
     return checks
 

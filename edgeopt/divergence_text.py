@@ -52,7 +52,7 @@ def _first(record: dict) -> list[tuple[str, str]]:
     return [("first", f"op {first['index']} {first['op']} ({first['unit']}): "
                       f"{_tensor(first['tensor'])}"),
             ("", f"{_error(first['error'])}; threshold {record['threshold']:g}; its inputs' "
-                 f"rel error {_num(inputs) if inputs is not None else '— (model inputs)'}")]
+                 f"rel error {_num(inputs) if inputs is not None else '— (none observed)'}")]
 
 
 def _increase(check: dict) -> str:
@@ -94,8 +94,8 @@ def render_divergence(record: dict) -> str:
     if record["unobservable"]:
         ops = ", ".join(f"{u['index']} {u['op']}" for u in record["unobservable"][:12])
         more = len(record["unobservable"]) - 12
-        rows.append(("unobserved", ops + (f" and {more} more" if more > 0 else "")
-                     + " (inside delegate partitions)"))
+        why = " (inside delegate partitions)" if record["observe"] == "preserve" else ""
+        rows.append(("unobserved", ops + (f" and {more} more" if more > 0 else "") + why))
     for output in record["outputs"]:
         rows.append(("output", f"'{output['name']}' {_error(output['error'])}"))
     width = max(len(k) for k, _ in rows)

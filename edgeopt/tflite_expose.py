@@ -11,8 +11,9 @@ are (a delegate clusters by the ops it supports, not by the outputs). The price:
 may no longer fuse an op into its consumer (the fused result would hide the output), so a
 divergence that only a fusion makes is seen in the original model's outputs alone.
 
-Only the main subgraph is changed; tensors, buffers and op order are untouched, so tensor
-index N names the same tensor in both files. Models whose weights live after the
+String, resource and variant tensors are left out. Only the main subgraph is changed;
+tensors, buffers and op order are untouched, so tensor index N names the same tensor in
+both files. Models whose weights live after the
 flatbuffer (> 2 GB) are refused.
 """
 
@@ -22,6 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeopt.errors import ModelLoadError, first_line
+
+# TensorType values with no array behind them (STRING, RESOURCE, VARIANT): LiteRT cannot
+# hand them out as outputs (reading a resource tensor even crashes the interpreter).
+NOT_ARRAYS = frozenset({5, 13, 14})
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ def expose_op_outputs(content: bytes) -> ExposedModel:
     seen = set(outputs)
     for op in graph.operators or []:
         for tensor in (op.outputs if op.outputs is not None else []):
-            if int(tensor) >= 0 and int(tensor) not in seen:
+            if int(tensor) >= 0 and int(tensor) not in seen \
+                    and graph.tensors[int(tensor)].type not in NOT_ARRAYS:
                 seen.add(int(tensor))
                 outputs.append(int(tensor))
     graph.outputs = outputs
