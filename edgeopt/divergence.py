@@ -155,10 +155,18 @@ def _sample_feed(handle: ModelHandle, arrays: dict, sample: int) -> list[np.ndar
     return feed
 
 
-def _invoke(interpreter, feed: list[np.ndarray]) -> None:
+def _count(arrays: dict[str, np.ndarray]) -> int:
+    """Samples on hand: a data file may hold fewer than asked for."""
+    return min(len(value) for value in arrays.values())
+
+
+def _invoke(interpreter, feed: list[np.ndarray], label: str) -> None:
     for detail, value in zip(interpreter.get_input_details(), feed):
         interpreter.set_tensor(detail["index"], value)
-    interpreter.invoke()
+    try:
+        interpreter.invoke()
+    except RuntimeError as exc:  # a kernel that refuses its data (a zero int8 divisor, ...)
+        raise DeviceError(f"{label} failed to run the model: {first_line(exc)}") from exc
 
 
 def _readable(interpreter, tensor: int) -> np.ndarray | None:
@@ -202,27 +210,27 @@ def _host_candidate(config: DivergenceConfig, content: bytes, graph: Graph,
 def host_divergence(config: DivergenceConfig, progress: Progress) -> dict:
     handle, graph, content = _load(config.model)
     delegate = host_delegate(config.delegate, config.delegate_options)
-    samples = config.samples or HOST_SAMPLES
-    arrays = numerics_inputs(handle, config.inputs, samples)
+    arrays = numerics_inputs(handle, config.inputs, config.samples or HOST_SAMPLES)
+    samples = _count(arrays)
     progress(f"{config.model.name}: preparing the reference and {delegate.label}")
     reference = _interpreter(content, config.threads, reference=True, preserve=True)
     candidate, observed, partitions = _host_candidate(config, content, graph, delegate)
     as_shipped = _partitions(_interpreter(content, config.threads, delegate=delegate), graph)
     observed &= set(_op_outputs(graph))
     stats = {t: TensorStats(graph.tensor(t).quantization) for t in sorted(observed)}
+    labels = (f"LiteRT {_version()} reference kernels (BUILTIN_REF)",
+              f"LiteRT {_version()}, {delegate.label}")
     for i in range(samples):
         progress(f"{config.model.name}: comparing every tensor ({i + 1}/{samples})")
         feed = _sample_feed(handle, arrays, i)
-        _invoke(reference, feed)
-        _invoke(candidate, feed)
+        _invoke(reference, feed, labels[0])
+        _invoke(candidate, feed, labels[1])
         for t in list(stats):
             ref, cand = _readable(reference, t), _readable(candidate, t)
             if ref is None or cand is None:
                 del stats[t]
             else:
                 stats[t].add(ref, cand)
-    labels = (f"LiteRT {_version()} reference kernels (BUILTIN_REF)",
-              f"LiteRT {_version()}, {delegate.label}")
     facts = {"transport": "host", "observe": config.observe, "partitions": len(partitions),
              "partitions_as_shipped": len(as_shipped)}
     return _report(config, handle, graph, stats, partitions, labels, samples, facts)
@@ -279,7 +287,9 @@ def _device_files(config: DivergenceConfig, serial: str, exposed_path: Path, sam
 
 def adb_divergence(config: DivergenceConfig, progress: Progress) -> dict:
     handle, graph, content = _load(config.model)
-    serial, samples = _serial(config), config.samples or ADB_SAMPLES
+    # --inputs is read and checked here, before anything is pushed; it may hold fewer
+    samples = _count(numerics_inputs(handle, config.inputs, config.samples or ADB_SAMPLES))
+    serial = _serial(config)
     exposed = expose_op_outputs(content)
     with tempfile.TemporaryDirectory(prefix="edgeopt-divergence-") as tmp:
         exposed_path = Path(tmp) / f"{config.model.stem}.exposed.tflite"

@@ -13,8 +13,8 @@ divergence that only a fusion makes is seen in the original model's outputs alon
 
 String, resource and variant tensors are left out. Only the main subgraph is changed;
 tensors, buffers and op order are untouched, so tensor index N names the same tensor in
-both files. Models whose weights live after the
-flatbuffer (> 2 GB) are refused.
+both files. Weights stored after the flatbuffer are moved into it (a copy over 2 GB fails
+to pack and is refused).
 """
 
 from __future__ import annotations
@@ -49,16 +49,32 @@ def _pack(model: Any) -> bytes:
     import flatbuffers
 
     builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    try:
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    except Exception as exc:  # flatbuffers' own BuilderSizeError and friends
+        raise ModelLoadError("the copy with every op output exposed does not fit one "
+                             f"flatbuffer (2 GB): {first_line(exc)}") from exc
     return bytes(builder.Output())
+
+
+def _inline_buffers(model: Any, content: bytes) -> None:
+    """Weights stored after the flatbuffer (Buffer.offset/size) moved into it: the copy is
+    packed anew and only the flatbuffer part is written."""
+    import numpy as np
+
+    for buffer in model.buffers or []:
+        if buffer is not None and buffer.offset > 1:
+            if buffer.offset + buffer.size > len(content):
+                raise ModelLoadError("a weight buffer points past the end of the file")
+            buffer.data = np.frombuffer(content, np.uint8, count=buffer.size,
+                                        offset=buffer.offset)
+            buffer.offset = buffer.size = 0
 
 
 def expose_op_outputs(content: bytes) -> ExposedModel:
     """`content` with every op output of subgraph 0 appended to its outputs."""
     model = _unpack(content)
-    if any(b is not None and b.offset > 1 for b in model.buffers or []):
-        raise ModelLoadError("the model keeps its weights after the flatbuffer (> 2 GB): "
-                             "its tensors cannot be exposed as outputs")
+    _inline_buffers(model, content)
     graph = model.subgraphs[0]
     original = [int(t) for t in (graph.outputs if graph.outputs is not None else [])]
     outputs = list(original)

@@ -223,3 +223,74 @@ def test_path_runs_through_consumers_to_an_output(add_tflite):
     assert set(graph.ops[path[-1]].outputs) & set(graph.outputs)
     for a, b in zip(path, path[1:]):
         assert set(graph.ops[a].outputs) & set(graph.ops[b].inputs)
+
+
+# --- models that broke it -----------------------------------------------------------------
+
+def test_float_inputs_feed_an_int8_input_model(bench, tiny_int8_tflite, tmp_path):
+    """Calibration-style float data for an int8-input artifact is quantized with the input's
+    scale (load_data refused it: 'takes int8 but the data is float32')."""
+    data = tmp_path / "float_inputs.npz"
+    np.savez(data, np.random.default_rng(2).random((3, 16, 16, 3), dtype=np.float32))
+    record = _divergence(bench, tiny_int8_tflite, "--inputs", data)
+    assert record["samples"] == 3 and record["ops_observed"] == record["ops"]
+
+
+@pytest.fixture(scope="session")
+def stateful_tflite(tmp_path_factory) -> Path:
+    """A streaming model: a resource variable read, updated and assigned on every run."""
+    import tensorflow as tf
+
+    class Stream(tf.Module):
+        def __init__(self):
+            self.state = tf.Variable(tf.zeros((1, 4)))
+
+        @tf.function(input_signature=[tf.TensorSpec((1, 4), tf.float32)])
+        def __call__(self, x):
+            new = self.state * 0.5 + x
+            self.state.assign(new)
+            return tf.nn.relu(new) * 2.0
+
+    module = Stream()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [module.__call__.get_concrete_function()], module)
+    converter.experimental_enable_resource_variables = True
+    path = tmp_path_factory.mktemp("stateful") / "stream.tflite"
+    path.write_bytes(converter.convert())
+    return path
+
+
+def test_resource_tensors_are_skipped_not_read(bench, stateful_tflite):
+    """Reading a VAR_HANDLE's resource tensor crashed LiteRT (a segfault, no message)."""
+    graph = read_tflite(stateful_tflite)
+    assert any(t.dtype == "resource" for t in graph.tensors)
+    for observe in ("outputs", "preserve"):
+        record = _divergence(bench, stateful_tflite, "--observe", observe)
+        assert record["first_divergence"] is None
+        assert record["unobservable"] == []
+    exposed = expose_op_outputs(stateful_tflite.read_bytes())
+    assert all(graph.tensor(t).dtype != "resource" for t in exposed.tensors)
+
+
+@pytest.fixture(scope="session")
+def gather_tflite(tmp_path_factory) -> Path:
+    """GATHER of 4 rows by an int32 input: seeded random indices (0..99) fall outside."""
+    import tensorflow as tf
+
+    table = tf.constant(np.arange(8, dtype=np.float32).reshape(4, 2))
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 3), tf.int32)])
+    def lookup(indices):
+        return tf.gather(table, indices) * 2.0
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [lookup.get_concrete_function()])
+    path = tmp_path_factory.mktemp("gather") / "gather.tflite"
+    path.write_bytes(converter.convert())
+    return path
+
+
+def test_a_kernel_that_refuses_its_inputs_is_a_user_error(bench, gather_tflite):
+    """A kernel's RuntimeError (basic-pitch's int8 DIV by a zero code) was an internal
+    error with a traceback hint."""
+    assert_user_error(bench(gather_tflite, "--find-divergence"), "failed to run the model")
