@@ -294,3 +294,27 @@ def test_a_kernel_that_refuses_its_inputs_is_a_user_error(bench, gather_tflite):
     """A kernel's RuntimeError (basic-pitch's int8 DIV by a zero code) was an internal
     error with a traceback hint."""
     assert_user_error(bench(gather_tflite, "--find-divergence"), "failed to run the model")
+
+
+@pytest.fixture(scope="session")
+def offset_tflite(tmp_path_factory) -> Path:
+    """The two-branch model with its weights after the flatbuffer (Buffer.offset/size)."""
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(_two_branch_model())
+    converter._experimental_use_buffer_offset = True
+    path = tmp_path_factory.mktemp("offset") / "offset_buffers.tflite"
+    path.write_bytes(converter.convert())
+    return path
+
+
+def test_weights_after_the_flatbuffer_are_inlined_in_the_copy(bench, offset_tflite):
+    """magika's and the full-range face detectors' weights live after the flatbuffer: the
+    exposed copy refused them (and a plain repack would have dropped them)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    content = offset_tflite.read_bytes()
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(content, 0))
+    assert any(b.offset > 1 for b in model.buffers)
+    record = _divergence(bench, offset_tflite)
+    assert record["first_divergence"] is None and record["ops_observed"] == record["ops"]
