@@ -92,6 +92,13 @@ def test_the_planted_add_is_found(bench, add_tflite, planted_delegate, observe):
     assert "external delegate" in record["candidate"] and "BUILTIN_REF" in record["reference"]
 
 
+def test_the_builtin_kernels_as_reference_find_it_too(bench, add_tflite, planted_delegate):
+    record = _divergence(bench, add_tflite, "--delegate", planted_delegate,
+                         "--reference", "builtin")
+    assert "BUILTIN_WITHOUT_DEFAULT_DELEGATES" in record["reference"]
+    assert record["first_divergence"]["index"] == _op_index(add_tflite, "ADD")
+
+
 def test_a_planted_op_the_model_lacks_leaves_no_divergence(bench, add_tflite,
                                                            planted_delegate):
     record = _divergence(bench, add_tflite, "--delegate", planted_delegate,
@@ -165,6 +172,11 @@ def test_onnx_is_refused(bench, tiny_onnx_path):
 
 def test_two_models_are_refused(bench, add_tflite):
     assert_user_error(bench(add_tflite, add_tflite, "--find-divergence"), "one model")
+
+
+def test_the_reference_choice_is_host_only(bench, add_tflite):
+    assert_user_error(bench(add_tflite, "--find-divergence", "--reference", "builtin",
+                            "--adb", "SERIAL"), "host only")
 
 
 def test_preserve_is_host_only(bench, add_tflite):

@@ -29,7 +29,13 @@ from edgeopt.cli.shared import (
 )
 from edgeopt.devices.runners.measurement import default_records_path
 from edgeopt.devices.runners.report_text import render_outcome
-from edgeopt.divergence import DEFAULT_THRESHOLD, DivergenceConfig, ObserveMode, find_divergence
+from edgeopt.divergence import (
+    DEFAULT_THRESHOLD,
+    DivergenceConfig,
+    ObserveMode,
+    ReferenceKernels,
+    find_divergence,
+)
 from edgeopt.divergence_text import render_divergence
 from edgeopt.errors import DeviceError
 from edgeopt.quiet import library_output_to_log
@@ -114,11 +120,16 @@ DEFAULTS = BenchConfig(models=())
               show_default=True, help="--find-divergence: read the delegate's inner tensors "
               "as extra model outputs, or (host) with LiteRT's preserve-all-tensors, which "
               "sees partition boundaries only.")
+@click.option("--reference", type=choice(ReferenceKernels),
+              default=ReferenceKernels.REF.value, show_default=True,
+              help="--find-divergence on the host: compare with LiteRT's reference kernels, "
+              "or with its optimized builtin ones (the kernels a phone's CPU runs).")
 @json_option
 def command(models: tuple[str, ...], as_json: bool, **options) -> None:
     """Measure latency, memory, power and numerics of MODELS, here, on phones over adb, or
     on Linux boards over ssh."""
-    divergence = [options.pop(k) for k in ("find_divergence", "threshold", "observe")]
+    divergence = [options.pop(k) for k in ("find_divergence", "threshold", "observe",
+                                           "reference")]
     config = bench_config(models, options)
     if divergence[0]:
         _divergence(DivergenceConfig.from_bench(config, *divergence[1:]), as_json)
