@@ -83,7 +83,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "divergence_zoo.json")
     args = parser.parse_args()
     models = sorted((Path(p) for p in glob.glob(args.artifacts)), key=lambda p: p.stat().st_size)
-    results = {}
+    # --only reruns some models: the others' results in --out are kept
+    results = json.loads(args.out.read_text())["models"] if args.only and args.out.exists() \
+        else {}
     print(f"{'model':<28} {'outputs':>7} {'preserve':>7} {'ship':>4} {'out':>4} {'pres':>4}  "
           "first departing op (rel error)")
     for model in models:
