@@ -247,8 +247,15 @@ def host_divergence(config: DivergenceConfig, progress: Progress) -> dict:
             else:
                 stats[t].add(ref, cand)
     facts = {"transport": "host", "observe": config.observe, "partitions": len(partitions),
-             "partitions_as_shipped": len(as_shipped)}
+             "partitions_as_shipped": len(as_shipped), "notes": _notes(graph)}
     return _report(config, handle, graph, stats, partitions, labels, samples, facts)
+
+
+def _notes(graph: Graph) -> list[str]:
+    if graph.subgraph_count <= 1:
+        return []
+    return [f"only the main subgraph's ops are compared, not those of its "
+            f"{graph.subgraph_count - 1} other subgraph(s) (bodies of WHILE, IF, CALL_ONCE)"]
 
 
 def _load(model: Path) -> tuple[ModelHandle, Graph, bytes]:
@@ -293,11 +300,13 @@ def _device_files(config: DivergenceConfig, serial: str, exposed_path: Path, sam
     client = adb.AdbClient(serial=serial, binary=adb.adb_binary())
     space = Workspace(client, posixpath.join(job.remote_root, f"edgeopt-{secrets.token_hex(4)}"))
     handle = load_model(exposed_path)
+    note = None
     try:
         staged = stage(space, job, probe(space, job), handle)
-        return device_output_files(space, job, handle, staged)
+        files = device_output_files(space, job, handle, staged)
     finally:
-        cleanup(space)
+        note = cleanup(space)
+    return (*files, note)
 
 
 def adb_divergence(config: DivergenceConfig, progress: Progress) -> dict:
@@ -311,7 +320,8 @@ def adb_divergence(config: DivergenceConfig, progress: Progress) -> dict:
         exposed_path.write_bytes(exposed.content)
         progress(f"{serial}: running {config.model.name} with and without the delegate "
                  f"({samples} inputs)")
-        reference, candidate, labels = _device_files(config, serial, exposed_path, samples)
+        reference, candidate, labels, note = _device_files(config, serial, exposed_path,
+                                                           samples)
     stats = {t: TensorStats(graph.tensor(t).quantization) for t in exposed.tensors}
     for ref_raw, cand_raw in zip(reference, candidate):
         ref = _split_outputs(graph, exposed.tensors, ref_raw)
@@ -319,7 +329,8 @@ def adb_divergence(config: DivergenceConfig, progress: Progress) -> dict:
         for t in exposed.tensors:
             stats[t].add(ref[t], cand[t])
     facts = {"transport": "adb", "serial": serial, "observe": "outputs", "partitions": None,
-             "partitions_as_shipped": None}
+             "partitions_as_shipped": None,
+             "notes": _notes(graph) + ([note] if note else [])}
     return _report(config, handle, graph, stats, [], labels, samples, facts)
 
 

@@ -98,5 +98,6 @@ def render_divergence(record: dict) -> str:
         rows.append(("unobserved", ops + (f" and {more} more" if more > 0 else "") + why))
     for output in record["outputs"]:
         rows.append(("output", f"'{output['name']}' {_error(output['error'])}"))
+    rows += [("note", note) for note in record.get("notes", [])]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
