@@ -280,6 +280,7 @@ def test_resource_tensors_are_skipped_not_read(bench, stateful_tflite):
         record = _divergence(bench, stateful_tflite, "--observe", observe)
         assert record["first_divergence"] is None
         assert record["unobservable"] == []
+        assert graph.subgraph_count == 2 and "1 other subgraph" in record["notes"][0]
     exposed = expose_op_outputs(stateful_tflite.read_bytes())
     assert all(graph.tensor(t).dtype != "resource" for t in exposed.tensors)
 
