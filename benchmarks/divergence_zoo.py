@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from _common import RESULTS_DIR, edgeopt_command, git_state, package_versions, subprocess_env
+from _common import RESULTS_DIR, edgeopt_command, subprocess_env, write_results
 
 MODES = ("outputs", "preserve")
 
@@ -98,8 +98,8 @@ def main() -> None:
                          **{mode: _run(model, mode, calib, args.samples, args.timeout)
                             for mode in MODES}}
         print(_row(name, results[name]), flush=True)
-        args.out.write_text(json.dumps({"git": git_state(), "packages": package_versions(),
-                                        "samples": args.samples, "models": results}, indent=2))
+        write_results(args.out.stem, {"samples": args.samples, "models": results},
+                      args.out.parent)
 
 
 if __name__ == "__main__":
