@@ -614,13 +614,22 @@ def benchmark_model_main(argv: list[str]) -> int:
 
 
 def _interpreter(flags: dict[str, str], model: str):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType, load_delegate
 
     resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
                 if flags.get("use_xnnpack") == "false" else OpResolverType.AUTO)
     threads = int(flags.get("num_threads", "-1"))
+    delegates = None
+    if flags.get("external_delegate_path"):  # as benchmark_model: key:value;key:value
+        options = dict(item.split(":", 1) for item in
+                       flags.get("external_delegate_options", "").split(";") if ":" in item)
+        try:
+            delegates = [load_delegate(flags["external_delegate_path"], options)]
+        except (ValueError, OSError):  # benchmark_model warns and runs without it
+            print("WARNING: The external delegate failed to create; running without it.")
     interpreter = Interpreter(model_path=model, num_threads=threads if threads > 0 else None,
-                              experimental_op_resolver_type=resolver)
+                              experimental_op_resolver_type=resolver,
+                              experimental_delegates=delegates)
     interpreter.allocate_tensors()
     return interpreter
 

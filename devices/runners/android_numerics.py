@@ -64,6 +64,14 @@ def _runs(space: Workspace, config, handle: ModelHandle, staged: Staged,
 
 def device_numerics(space: Workspace, config, handle: ModelHandle, staged: Staged) -> dict:
     """Compare the delegate with TFLite's CPU kernels on `config.numerics_samples` inputs."""
+    reference, candidate, labels = device_output_files(space, config, handle, staged)
+    return compare_device_outputs(handle, reference, candidate, labels)
+
+
+def device_output_files(space: Workspace, config, handle: ModelHandle,
+                        staged: Staged) -> tuple[list[bytes], list[bytes], tuple[str, str]]:
+    """Each sample's `--output_filepath` bytes without and with the delegate, and the two
+    runs' labels (also edgeopt.divergence's way to read every tensor on a phone)."""
     samples = config.numerics_samples
     arrays = numerics_inputs(handle, config.numerics_inputs, samples)
     with tempfile.TemporaryDirectory(prefix="edgeopt-numerics-") as tmp:
@@ -84,7 +92,7 @@ def device_numerics(space: Workspace, config, handle: ModelHandle, staged: Stage
         candidate = [_read(pulled, f"cand_{i}.bin") for i in range(samples)]
     labels = (f"{staged.tool} {' '.join(REFERENCE_FLAGS)} (TFLite CPU kernels)",
               f"{staged.tool} {' '.join(candidate_flags) or '(default delegates)'}")
-    return compare_device_outputs(handle, reference, candidate, labels)
+    return reference, candidate, labels
 
 
 def _read(folder: Path, name: str) -> bytes:

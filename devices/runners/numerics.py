@@ -14,11 +14,14 @@ order (`--output_filepath`); `device_input_files` and `decode_outputs` do both e
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from edgeopt.data import DataSpec, load_data
 from edgeopt.devices.runners.delegates import HostDelegate
 from edgeopt.devices.runners.sessions import LiteRTSession, OrtSession, random_inputs
+from edgeopt.errors import DataError
 from edgeopt.model import ModelHandle, TensorSpec
 from edgeopt.runtime import dequantize_array, quantize_array, run_dataset
 from edgeopt.validate import Validation, compare
@@ -30,10 +33,23 @@ def numerics_inputs(handle: ModelHandle, spec: str | None, samples: int,
                     seed: int = 0) -> dict[str, np.ndarray]:
     """`samples` inputs from a data file (--inputs) or seeded random ones."""
     if spec and spec != "random":
-        data = load_data(DataSpec(spec, calib_role="numerics"), handle.inputs,
-                         hold_out=False)[0]
+        try:
+            data = load_data(DataSpec(spec, calib_role="numerics"), handle.inputs,
+                             hold_out=False)[0]
+        except DataError:
+            # Float data for a quantized input: the app quantizes it with the input's
+            # scale, and so do device_input_files and the runners (quantize_array).
+            floats = _float_specs(handle.inputs)
+            if floats == handle.inputs:
+                raise
+            data = load_data(DataSpec(spec, calib_role="numerics"), floats, hold_out=False)[0]
         return {k: v[:samples] for k, v in data.arrays.items()}
     return random_inputs(handle.inputs, seed, count=samples)
+
+
+def _float_specs(specs: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
+    return tuple(replace(s, dtype="float32") if s.quantization and np.dtype(s.dtype).kind in "iu"
+                 else s for s in specs)
 
 
 def _finite(value: float | None) -> float | None:

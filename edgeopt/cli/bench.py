@@ -29,6 +29,14 @@ from edgeopt.cli.shared import (
 )
 from edgeopt.devices.runners.measurement import default_records_path
 from edgeopt.devices.runners.report_text import render_outcome
+from edgeopt.divergence import (
+    DEFAULT_THRESHOLD,
+    DivergenceConfig,
+    ObserveMode,
+    ReferenceKernels,
+    find_divergence,
+)
+from edgeopt.divergence_text import render_divergence
 from edgeopt.errors import DeviceError
 from edgeopt.quiet import library_output_to_log
 
@@ -38,7 +46,8 @@ DEFAULTS = BenchConfig(models=())
 @click.command("bench", epilog=example(
     "edgeopt bench dist/digits_cnn.tflite --runs 100 --json",
     "edgeopt bench model.tflite --device pixel-gpu --adb --check-numerics",
-    "edgeopt bench a.tflite b.tflite --adb all --record"))
+    "edgeopt bench a.tflite b.tflite --adb all --record",
+    "edgeopt bench dist/model.tflite --find-divergence --adb"))
 @click.argument("models", nargs=-1, type=PATH)
 @device_option("Device profile name or .toml (default: host-cpu on the host; over adb it "
                "picks the delegate flags).")
@@ -98,11 +107,33 @@ DEFAULTS = BenchConfig(models=())
 @click.option("--record", type=PATH, is_flag=False, flag_value="", default=None,
               metavar="[FILE]", help="Append each measurement as a JSON line (no value: the "
               "user cache file that `edgeopt devices calibrate` reads).")
+@click.option("--find-divergence", is_flag=True, help="Instead of timing: run the same "
+              "inputs with and without the delegate, compare every op's output and name the "
+              "first op that departs beyond --threshold, with its path to the outputs (host: "
+              "XNNPACK or --delegate against LiteRT's reference kernels; over adb: the "
+              "phone's delegate against its CPU kernels).")
+@click.option("--threshold", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_THRESHOLD, show_default=True,
+              help="--find-divergence: the relative error an op's output may reach "
+                   "(quantized outputs also need more than one step of difference).")
+@click.option("--observe", type=choice(ObserveMode), default=ObserveMode.OUTPUTS.value,
+              show_default=True, help="--find-divergence: read the delegate's inner tensors "
+              "as extra model outputs, or (host) with LiteRT's preserve-all-tensors, which "
+              "sees partition boundaries only.")
+@click.option("--reference", type=choice(ReferenceKernels),
+              default=ReferenceKernels.REF.value, show_default=True,
+              help="--find-divergence on the host: compare with LiteRT's reference kernels, "
+              "or with its optimized builtin ones (the kernels a phone's CPU runs).")
 @json_option
 def command(models: tuple[str, ...], as_json: bool, **options) -> None:
     """Measure latency, memory, power and numerics of MODELS, here, on phones over adb, or
     on Linux boards over ssh."""
+    divergence = [options.pop(k) for k in ("find_divergence", "threshold", "observe",
+                                           "reference")]
     config = bench_config(models, options)
+    if divergence[0]:
+        _divergence(DivergenceConfig.from_bench(config, *divergence[1:]), as_json)
+        return
     with library_output_to_log(), step_progress(as_json) as progress:
         outcome = run_bench(config, progress)
     emit_json(outcome.to_json()) if as_json else click.echo(render_outcome(outcome))
@@ -110,6 +141,12 @@ def command(models: tuple[str, ...], as_json: bool, **options) -> None:
         raise DeviceError(f"{len(outcome.errors)} of "
                           f"{len(outcome.errors) + len(outcome.measurements)} measurements "
                           f"failed; first: {outcome.errors[0]}")
+
+
+def _divergence(config: DivergenceConfig, as_json: bool) -> None:
+    with library_output_to_log(), step_progress(as_json) as progress:
+        record = find_divergence(config, progress)
+    emit_json(record) if as_json else click.echo(render_divergence(record))
 
 
 def bench_config(models: tuple[str, ...], options: dict) -> BenchConfig:
