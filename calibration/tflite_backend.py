@@ -19,6 +19,7 @@ import numpy as np
 from edgeopt.calibration.graphspec import CalibGraph, ConvGeometry, Layer, LayerKind, OpInfo
 from edgeopt.calibration.tflite_buffers import float_constants, read_constant, shared_buffers
 from edgeopt.errors import ConversionError, DataError, ModelLoadError, first_line
+from edgeopt.runtime import in_model_layout
 from edgeopt.tflite_reader import read_tflite
 
 WEIGHT_OPS = {"CONV_2D": LayerKind.CONV, "DEPTHWISE_CONV_2D": LayerKind.DEPTHWISE,
@@ -164,7 +165,9 @@ class TFLiteCapture:
     def _invoke(self, feeds: dict[int, np.ndarray]) -> None:
         try:
             for detail in self.inputs:
-                value = feeds[detail["index"]]
+                # a recurrent state counts samples on axis 1, a scalar input has none
+                value = in_model_layout(feeds[detail["index"]], tuple(
+                    int(d) for d in detail.get("shape_signature", detail["shape"])))
                 scale, zero_point = detail["quantization"]
                 dtype = np.dtype(detail["dtype"])
                 if dtype.kind in "iu" and scale:

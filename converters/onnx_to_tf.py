@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.onnx_tidy import tidy
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import ModelHandle, batch_axis
 from edgeopt.tf_env import quiet_tensorflow
@@ -221,6 +222,8 @@ def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log,
         return None
     for node in model.graph.node:  # onnxslim's names ('Softmax@0') are not TF scope names
         node.name = _SCOPE_UNSAFE.sub("_", node.name)
+    for note in tidy(model):
+        log.write(f"edgeopt: {note}\n")
     path = workdir / "static.onnx"
     onnx.save(model, str(path))
     return path
@@ -263,7 +266,8 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
                 input_onnx_file_path=str(static or private), output_folder_path=str(out),
                 overwrite_input_shape=None if static else shapes, output_signaturedefs=True,
                 copy_onnx_input_output_names_to_tflite=True, non_verbose=True,
-                not_use_onnxsim=True, keep_shape_absolutely_input_names=_kept(handle) or None)
+                not_use_onnxsim=True, keep_shape_absolutely_input_names=_kept(handle) or None,
+                enable_rnn_unroll=static is not None)
     except ConversionError:
         raise
     except (Exception, SystemExit) as exc:  # onnx2tf raises anything, and sys.exit()s
