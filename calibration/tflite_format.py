@@ -11,6 +11,7 @@ from edgeopt.calibration.config import Mode
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
 from edgeopt.calibration.tflite_backend import TFLiteCapture, read_graph
+from edgeopt.calibration.tflite_branches import branch_ops
 from edgeopt.errors import ConversionError, ModelLoadError, first_line
 from edgeopt.tflite_reader import read_tflite
 
@@ -26,6 +27,7 @@ class TFLiteFormat:
         self.float_model = bytes(float_model)
         self.num_threads = num_threads
         self.graph = read_graph(self.float_model)
+        self.branches = branch_ops(self.float_model)
 
     def capture(self, model: bytes | None = None) -> TFLiteCapture:
         return TFLiteCapture(model or self.float_model, self.num_threads)
@@ -41,7 +43,10 @@ class TFLiteFormat:
 
     def float_reasons(self, plan: QuantPlan) -> dict[str, str]:
         """Ops kept float on purpose (by output tensor), with the reason."""
-        return tflite_writer.float_reasons(self.graph, plan)
+        reasons = tflite_writer.float_reasons(self.graph, plan)
+        if plan.mode == Mode.STATIC and plan.quantize_rest:
+            return {**self.branches, **reasons}
+        return reasons
 
     def report_tensor(self, layer) -> str:
         return layer.output

@@ -26,6 +26,7 @@ from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
 from edgeopt.calibration.tflite_aeq import set_io_dtype
 from edgeopt.calibration.tflite_backend import to_native
+from edgeopt.calibration.tflite_branches import branch_rules
 from edgeopt.calibration.tflite_buffers import patch_constants, with_current_opcodes
 from edgeopt.calibration.tflite_int8_islands import close_islands
 from edgeopt.calibration.weights import qrange
@@ -151,6 +152,8 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
 
     patched = patch_constants(with_current_opcodes(float_model), new_constants(graph, plan))
     rules = build_recipe(graph, plan)
+    if plan.mode == Mode.STATIC and plan.quantize_rest:  # IF/WHILE bodies have no ranges
+        rules += branch_rules(float_model, NO_QUANTIZE)
     try:
         with quiet_libraries():
             qt = quantizer.Quantizer(bytearray(patched), rules)
