@@ -87,6 +87,18 @@ def _artifact(folder: Path, manifest: dict) -> Path | None:
     return folder / name if name and (folder / name).is_file() else None
 
 
+def _as_input(x: np.ndarray, detail: dict) -> np.ndarray:
+    """A float sample as an input of `detail`'s type: an integer input with a scale takes
+    it quantized (a bare cast fed int8 audio as zeros: silence, not the sample)."""
+    dtype = np.dtype(detail["dtype"])
+    scales = detail.get("quantization_parameters", {}).get("scales", [])
+    if dtype.kind in "iu" and x.dtype.kind == "f" and len(scales):
+        zero = detail["quantization_parameters"]["zero_points"][0]
+        info = np.iinfo(dtype)
+        return np.clip(np.rint(x / scales[0]) + zero, info.min, info.max).astype(dtype)
+    return x.astype(dtype)
+
+
 def runtime_check(model: Path, calib: Path) -> str:
     """'ok' when the runtime loads `model` and runs the first calibration sample, else why."""
     try:
@@ -111,7 +123,7 @@ def runtime_check(model: Path, calib: Path) -> str:
         feeds = {n: sample[n] if n in sample else sample[list(sample)[k]]
                  for k, n in enumerate(names)}
         details = runner.get_input_details()
-        runner(**{n: _laid_out(feeds[n], tuple(details[n]["shape"])).astype(details[n]["dtype"])
+        runner(**{n: _as_input(_laid_out(feeds[n], tuple(details[n]["shape"])), details[n])
                   for n in names})
         return "ok"
     except Exception as exc:  # the table reports what the runtime said, whatever it is

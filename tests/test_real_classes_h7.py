@@ -190,3 +190,46 @@ def test_tflite_while_loop_stays_float_and_is_listed(tmp_path, run_cli):
     manifest = _build_listed(tmp_path, run_cli, _while_model, "WHILE")
     ops = manifest["quantization"]["float_ops"]
     assert "WHILE" in {o["op"] for o in ops if "no readable tensor" in o["reason"]}, ops
+
+
+def _div_no_nan_model(path) -> None:
+    """basic-pitch's normalisation in small: (x - min) / max(x - min) through
+    tf.math.divide_no_nan, which the converter writes as EQUAL, DIV, SELECT_V2."""
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import tensorflow as tf
+
+    w = tf.constant(np.random.default_rng(6).standard_normal((8, 4)).astype(np.float32))
+
+    class Normalise(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name="x")])
+        def __call__(self, x):
+            shifted = x - tf.reduce_min(x, axis=1, keepdims=True)
+            scaled = tf.math.divide_no_nan(shifted, tf.reduce_max(shifted, axis=1,
+                                                                  keepdims=True))
+            return tf.matmul(scaled, w)
+
+    _tflite_from(Normalise(), path)
+
+
+def test_guarded_division_stays_float(tmp_path, run_cli):
+    """The int8 DIV of a div_no_nan was written and LiteRT then failed on an input whose
+    divisor is 0 (a constant one: silence, for basic-pitch), though calibration never saw
+    one. The graph's own zero guard says the divisor can be 0: the DIV stays float, listed,
+    and the artifact runs that input."""
+    from edgeopt.runtime import TFLiteRunner
+
+    model, data, out = tmp_path / "norm.tflite", tmp_path / "calib.npz", tmp_path / "out"
+    _div_no_nan_model(model)
+    assert "EQUAL" in _litert_ops(model)
+    np.savez(data, x=np.random.default_rng(7).random((40, 8), dtype=np.float32))
+    result = run_cli("build", model, "--device", "pixel-npu", "--calib", data, "-o", out,
+                     "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    ops = manifest["quantization"]["float_ops"]
+    assert any(o["op"] == "DIV" and "div_no_nan" in o["reason"] for o in ops), ops
+    runner = TFLiteRunner(out / manifest["model"]["file"], ["x"])
+    flat = runner.run({"x": np.full((1, 8), 0.5, np.float32)})[0]
+    assert np.isfinite(flat).all() and np.abs(flat).max() < 0.1
