@@ -15,7 +15,9 @@ from edgeopt.calibration.tflite_branches import branch_ops
 from edgeopt.errors import ConversionError, ModelLoadError, first_line
 from edgeopt.tflite_reader import read_tflite
 
-_NODE = re.compile(r"Node number (\d+)")
+# XNNPACK names the op it could not take ('failed to delegate SPLIT node #58') before
+# LiteRT names the delegate's own node ('Node number 778 (TfLiteXNNPackDelegate)')
+_NODE = re.compile(r"failed to delegate \w+ node #(\d+)|Node number (\d+)")
 
 
 class TFLiteFormat:
@@ -81,7 +83,7 @@ class TFLiteFormat:
         if match:
             graph = read_tflite(model)
             ops = [op for op in graph.ops if op.subgraph == 0]
-            index = int(match.group(1))
+            index = int(match.group(1) or match.group(2))
             if index < len(ops) and ops[index].outputs:
                 tensor = graph.tensor(ops[index].outputs[0]).name
         where = f" (op {ops[index].op}, output '{tensor}')" if tensor else ""

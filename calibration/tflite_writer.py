@@ -120,9 +120,25 @@ def _weight_qsv(layer: Layer, quant) -> dict[str, np.ndarray]:
     return {"min": -bound, "max": bound}
 
 
+_PARTS = ("SPLIT", "SPLIT_V", "UNPACK")  # outputs are parts of the (non-constant) input
+
+
+def _with_parts(graph: CalibGraph, ranges: dict[str, tuple[float, float]]) -> dict:
+    """An unread part of a SPLIT has no buffer to measure (tflite_backend): it gets the
+    split input's range, which holds it, so the int8 SPLIT keeps one scale throughout
+    (XNNPACK refused a SPLIT with a float part)."""
+    ranges = dict(ranges)
+    for op in graph.ops:
+        source = [name for name in op.inputs if name in ranges]
+        if op.op in _PARTS and source:
+            for name in op.outputs:
+                ranges.setdefault(name, ranges[source[-1]])
+    return ranges
+
+
 def calibration_result(graph: CalibGraph, plan: QuantPlan) -> dict[str, dict]:
     qsvs = {}
-    for name, (lo, hi) in plan.activation_ranges.items():
+    for name, (lo, hi) in _with_parts(graph, plan.activation_ranges).items():
         shape = (1,) * max(len(graph.shapes.get(name, ())), 1)
         qsvs[name] = {"min": np.full(shape, lo, np.float32), "max": np.full(shape, hi, np.float32)}
     for layer in graph.layers:
