@@ -97,13 +97,13 @@ def fixed_shapes(handle: ModelHandle) -> list[str]:
     return shapes
 
 
-def _graph_nodes(graph):
+def graph_nodes(graph):
     """Every node, inside If/Loop/Scan bodies too (onnx2tf converts those as well)."""
     for node in graph.node:
         yield node
         for attr in node.attribute:
             for body in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                yield from _graph_nodes(body)
+                yield from graph_nodes(body)
 
 
 def onnx2tf_supports(op_type: str) -> bool:
@@ -134,7 +134,7 @@ def check_convertible(path: Path) -> None:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    for node in _graph_nodes(model.graph):
+    for node in graph_nodes(model.graph):
         if not onnx2tf_supports(node.op_type):
             raise ConversionError(
                 f"op {node.op_type} (node {node.name or '?'}) is not supported by the "
@@ -153,7 +153,7 @@ def _failed_node(exc: BaseException, log: str, path: Path) -> str:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    op_types = {n.name: n.op_type for n in _graph_nodes(model.graph)}
+    op_types = {n.name: n.op_type for n in graph_nodes(model.graph)}
     op_type = op_types.get(name)
     return f"ONNX node {name} ({op_type})" if op_type else f"ONNX node {name}"
 

@@ -233,3 +233,48 @@ def test_guarded_division_stays_float(tmp_path, run_cli):
     runner = TFLiteRunner(out / manifest["model"]["file"], ["x"])
     flat = runner.run({"x": np.full((1, 8), 0.5, np.float32)})[0]
     assert np.isfinite(flat).all() and np.abs(flat).max() < 0.1
+
+
+def _shape_guarded_if(path) -> None:
+    """An exporter's guard: If (batch == 1) then a dense layer on the outer x, else the
+    same layer through a reshape; the condition depends only on the input's shape."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(8)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array([-1, 8], np.int64), "flat")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "then", [], [y])
+    other = helper.make_graph([helper.make_node("Reshape", ["x", "flat"], ["x2"]),
+                               helper.make_node("MatMul", ["x2", "w"], ["y"])], "else", [], [y])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+             helper.make_node("Equal", ["batch", "one"], ["cond1"]),
+             helper.make_node("Squeeze", ["cond1", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other),
+             helper.make_node("Relu", ["y"], ["out"])]
+    _onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 8])],
+                [helper.make_tensor_value_info("out", TensorProto.FLOAT, [-1, 4])], inits, path)
+
+
+def test_shape_decided_if_is_folded_before_onnx_quantization(tmp_path, run_cli):
+    """onnxruntime's quantizer left an If and its branches in float (and its QDQ rewrite
+    of the tensors a branch reads broke silero-vad's state); with the shapes fixed the
+    condition is a constant: the If is folded, said in the manifest, and the dense layer
+    is quantized."""
+    import onnx
+
+    model, data, out = tmp_path / "guard.onnx", tmp_path / "calib.npz", tmp_path / "out"
+    _shape_guarded_if(model)
+    np.savez(data, x=np.random.default_rng(9).standard_normal((40, 8)).astype(np.float32))
+    result = run_cli("build", model, "--format", "onnx", "--device", "host-cpu", "--calib",
+                     data, "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "1 of 1 If node(s) folded" in manifest["conversion"]["note"]
+    artifact = onnx.load(str(out / manifest["model"]["file"]))
+    ops = {n.op_type for n in artifact.graph.node}
+    assert "If" not in ops and "QuantizeLinear" in ops, ops
+    assert not [o for o in manifest["quantization"]["float_ops"] if o["op"] == "If"]
