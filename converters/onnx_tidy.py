@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-# Slice ends at or beyond this run to the end of the axis (exporters write INT64_MAX)
-_TO_END = 2**62
+# Slice ends at or beyond this run to the end of the axis (exporters write INT64_MAX,
+# tf2onnx INT32_MAX)
+_TO_END = 2**31 - 1
 
 
 def _bodies(graph):
@@ -50,7 +51,8 @@ def plain_slices(model) -> int:
     onnxslim merges slices into one over every axis ([0, 129, 0] to [MAX, MAX, MAX] on
     axes 0..2); onnx2tf re-maps such a slice of a channels-first tensor onto the wrong
     axis (silero-vad's STFT magnitude came out with 0 channels, then its LSTM refused
-    the empty sequence). The slice over the one axis that is cut is the same op.
+    the empty sequence; basic-pitch's tf2onnx slice over axes [0, 2, 1, 3] cut the wrong
+    one). The slice over the one axis that is cut is the same op.
     Returns how many slices were rewritten.
     """
     from onnx import numpy_helper

@@ -27,16 +27,18 @@ def _onnx_model(nodes, inputs, outputs, inits, path) -> None:
     onnx.save(model, str(path))
 
 
-def _all_axis_slice(path) -> None:
+def _all_axis_slice(path, end: int, axes: tuple[int, ...]) -> None:
     """A Conv1d's [1, 8, 16] output sliced on channels 4.. over all three axes, the way
-    onnxslim merges slices (silero-vad's STFT magnitude)."""
+    onnxslim merges slices (silero-vad's STFT magnitude) and tf2onnx writes them, axes
+    out of order and INT32_MAX ends (basic-pitch)."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((8, 1, 4)).astype(np.float32), "w"),
-             numpy_helper.from_array(np.array([0, 4, 0], np.int64), "starts"),
-             numpy_helper.from_array(np.array([INT64_MAX] * 3, np.int64), "ends"),
-             numpy_helper.from_array(np.array([0, 1, 2], np.int64), "axes"),
+             numpy_helper.from_array(np.array([4 if a == 1 else 0 for a in axes], np.int64),
+                                     "starts"),
+             numpy_helper.from_array(np.array([end] * 3, np.int64), "ends"),
+             numpy_helper.from_array(np.array(axes, np.int64), "axes"),
              numpy_helper.from_array(np.array([1, 1, 1], np.int64), "steps")]
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[4]),
              helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"]),
@@ -45,11 +47,12 @@ def _all_axis_slice(path) -> None:
                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16])], inits, path)
 
 
-def test_all_axis_slice_converts_to_the_same_op(tmp_path, run_cli):
+@pytest.mark.parametrize("end, axes", [(INT64_MAX, (0, 1, 2)), (2**31 - 1, (0, 2, 1))])
+def test_all_axis_slice_converts_to_the_same_op(tmp_path, run_cli, end, axes):
     """onnx2tf re-mapped a Slice over every axis of a channels-first tensor onto the wrong
     axis ((12, 8) for (4, 16)); reduced to the axis it cuts, it converts exactly."""
     model, out = tmp_path / "slice.onnx", tmp_path / "slice.tflite"
-    _all_axis_slice(model)
+    _all_axis_slice(model, end, axes)
     result = run_cli("convert", model, "-o", out, "--json")
     assert result.exit_code == 0, result.stderr
     parity = json.loads(result.stdout)["parity"]
