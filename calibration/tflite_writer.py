@@ -29,6 +29,7 @@ from edgeopt.calibration.tflite_backend import to_native
 from edgeopt.calibration.tflite_branches import branch_rules
 from edgeopt.calibration.tflite_buffers import patch_constants, with_current_opcodes
 from edgeopt.calibration.tflite_int8_islands import close_islands
+from edgeopt.calibration.tflite_split_parts import integer_parts
 from edgeopt.calibration.weights import qrange
 from edgeopt.errors import ConversionError, first_line
 
@@ -68,8 +69,9 @@ def _op_config(mode: Mode, precision: Precision, granularity: str) -> tuple[str,
 
 
 def scope_regex(name: str) -> str:
-    """ai-edge-quantizer matches `re.search` on 'out1;out2;' scopes: anchor on ours."""
-    return "^" + re.escape(name) + ";$"
+    """ai-edge-quantizer matches `re.search` on 'out1;out2;' scopes: anchor on ours, the
+    op's first output (a SPLIT kept float has 'split;split1;split2;' as its scope)."""
+    return "^" + re.escape(name) + ";"
 
 
 def build_recipe(graph: CalibGraph, plan: QuantPlan) -> list[dict]:
@@ -120,25 +122,9 @@ def _weight_qsv(layer: Layer, quant) -> dict[str, np.ndarray]:
     return {"min": -bound, "max": bound}
 
 
-_PARTS = ("SPLIT", "SPLIT_V", "UNPACK")  # outputs are parts of the (non-constant) input
-
-
-def _with_parts(graph: CalibGraph, ranges: dict[str, tuple[float, float]]) -> dict:
-    """An unread part of a SPLIT has no buffer to measure (tflite_backend): it gets the
-    split input's range, which holds it, so the int8 SPLIT keeps one scale throughout
-    (XNNPACK refused a SPLIT with a float part)."""
-    ranges = dict(ranges)
-    for op in graph.ops:
-        source = [name for name in op.inputs if name in ranges]
-        if op.op in _PARTS and source:
-            for name in op.outputs:
-                ranges.setdefault(name, ranges[source[-1]])
-    return ranges
-
-
 def calibration_result(graph: CalibGraph, plan: QuantPlan) -> dict[str, dict]:
     qsvs = {}
-    for name, (lo, hi) in _with_parts(graph, plan.activation_ranges).items():
+    for name, (lo, hi) in plan.activation_ranges.items():
         shape = (1,) * max(len(graph.shapes.get(name, ())), 1)
         qsvs[name] = {"min": np.full(shape, lo, np.float32), "max": np.full(shape, hi, np.float32)}
     for layer in graph.layers:
@@ -183,7 +169,7 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
         raise ConversionError(f"ai-edge-quantizer could not write the {plan.mode} model: "
                               f"{first_line(exc)}") from exc
     if plan.mode == Mode.STATIC and plan.quantize_rest:
-        model = close_islands(model, set(plan.keep_float))
+        model = integer_parts(close_islands(model, set(plan.keep_float)))
     if plan.io_dtype == "uint8" and plan.mode == Mode.STATIC:
         return set_io_dtype(model, "uint8")
     return model

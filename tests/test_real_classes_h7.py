@@ -60,8 +60,8 @@ def test_all_axis_slice_converts_to_the_same_op(tmp_path, run_cli, end, axes):
 
 
 def _lstm(path, steps: int = 4, features: int = 8, units: int = 16) -> None:
-    """A batch-first sequence [1, T, F] through an ONNX LSTM (time-major inside), its last
-    hidden state as the output: the shape PyTorch exports."""
+    """A batch-first sequence [1, T, F] through an ONNX LSTM (time-major inside) from a
+    zero state, its last hidden state as the output: the shape PyTorch exports."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)
@@ -70,9 +70,11 @@ def _lstm(path, steps: int = 4, features: int = 8, units: int = 16) -> None:
     b = rng.standard_normal((1, 8 * units)).astype(np.float32) * 0.1
     inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(r, "R"),
              numpy_helper.from_array(b, "B"),
-             numpy_helper.from_array(np.array([0], np.int64), "axis0")]
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.zeros((1, 1, units), np.float32), "zeros")]
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
-             helper.make_node("LSTM", ["t", "W", "R", "B"], ["y", "h", "c"], hidden_size=units),
+             helper.make_node("LSTM", ["t", "W", "R", "B", "", "zeros", "zeros"],
+                              ["y", "h", "c"], hidden_size=units),
              helper.make_node("Squeeze", ["h", "axis0"], ["last"])]
     _onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                       [1, steps, features])],
@@ -281,3 +283,36 @@ def test_shape_decided_if_is_folded_before_onnx_quantization(tmp_path, run_cli):
     ops = {n.op_type for n in artifact.graph.node}
     assert "If" not in ops and "QuantizeLinear" in ops, ops
     assert not [o for o in manifest["quantization"]["float_ops"] if o["op"] == "If"]
+
+
+def _split_model(path) -> None:
+    """An LSTM cell's gate split with one gate unused, as onnx2tf's unrolled cell has."""
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import tensorflow as tf
+
+    w = tf.constant(np.random.default_rng(10).standard_normal((8, 16)).astype(np.float32))
+
+    class Gates(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name="x")])
+        def __call__(self, x):
+            i, _, g, o = tf.split(tf.matmul(x, w), 4, axis=1)
+            return tf.sigmoid(i) * tf.tanh(g) + tf.sigmoid(o)
+
+    _tflite_from(Gates(), path)
+
+
+def test_split_with_an_unread_part_stays_int8(tmp_path, run_cli):
+    """The unread part had no buffer to measure, then stayed float32 beside int8 parts,
+    and XNNPACK refused the SPLIT at load; every part now takes the input's int8."""
+    model, data, out = tmp_path / "gates.tflite", tmp_path / "calib.npz", tmp_path / "out"
+    _split_model(model)
+    np.savez(data, x=np.random.default_rng(11).standard_normal((40, 8)).astype(np.float32))
+    result = run_cli("build", model, "--device", "pixel-npu", "--calib", data, "-o", out,
+                     "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert not manifest["quantization"]["float_ops"]
+    (row,) = manifest["validation"]["outputs"]
+    assert row["sqnr_db"] > 20, row
