@@ -99,8 +99,10 @@ def _as_input(x: np.ndarray, detail: dict) -> np.ndarray:
     return x.astype(dtype)
 
 
-def runtime_check(model: Path, calib: Path) -> str:
-    """'ok' when the runtime loads `model` and runs the first calibration sample, else why."""
+def runtime_check(model: Path, calib: Path, layout: dict | None = None) -> str:
+    """'ok' when the runtime loads `model` and runs the first calibration sample, else why.
+    `layout`: the manifest's conversion.input_layout_changes (input -> permutation), which
+    an app applies to its data (onnx2tf made basic-pitch's [1, 43844, 1] [1, 1, 43844])."""
     try:
         with np.load(calib) as data:
             sample = _first_sample({k: data[k] for k in data.files})
@@ -122,6 +124,7 @@ def runtime_check(model: Path, calib: Path) -> str:
         names = list(runner.get_input_details())
         feeds = {n: sample[n] if n in sample else sample[list(sample)[k]]
                  for k, n in enumerate(names)}
+        feeds = {n: _permuted(x, n, layout or {}) for n, x in feeds.items()}
         details = runner.get_input_details()
         runner(**{n: _as_input(_laid_out(feeds[n], tuple(details[n]["shape"])), details[n])
                   for n in names})
@@ -163,6 +166,16 @@ def _as_declared(x: np.ndarray, declared) -> np.ndarray:
     return x
 
 
+def _permuted(x: np.ndarray, name: str, layout: dict) -> np.ndarray:
+    """`x` as the manifest says the artifact takes input `name` (onnx2tf writes the
+    signature name 'in:0' as 'in__0')."""
+    def plain(n: str) -> str:
+        return n.replace(":", "__").removeprefix("serving_default_")
+
+    perm = next((p for k, p in layout.items() if plain(k) == plain(name)), None)
+    return np.transpose(x, perm) if perm and len(perm) == x.ndim and x.ndim != 4 else x
+
+
 def _laid_out(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """An NCHW sample in the NHWC layout a converted .tflite takes (edgeopt's bundles say
     so in manifest preprocessing; here the shapes tell)."""
@@ -201,7 +214,9 @@ def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit
         row["outputs"] = _per_output(manifest)
         row["float_ops"] = _float_ops(manifest)
         artifact = _artifact(target, manifest)
-        row["runtime"] = runtime_check(artifact, calib) if artifact else "no artifact found"
+        layout = (manifest.get("conversion") or {}).get("input_layout_changes")
+        row["runtime"] = (runtime_check(artifact, calib, layout) if artifact
+                          else "no artifact found")
         if artifact is not None and row["scheme"] == "w8a8":
             row["runtime_float_ops"] = float_compute_ops(artifact)
     elif target.suffix in (".tflite", ".onnx"):
