@@ -57,8 +57,8 @@ def _commands(e: Entry, calib: Path, flags: list[str], out: Path) -> dict[str, l
         "ethos": build("ethos", "--device", "ethos-u55-256"),
         "w4a8": ["quantize", model, "--scheme", "w4a8", *data, *flags,
                  "-o", str(out / "w4a8.tflite"), "--json"],
-        "prune": ["compress", model, "--prune", "0.3", *data, *flags, "-o", str(pruned),
-                  "--json"],
+        "prune": ["compress", model, "--prune", "0.3", "--data", str(calib), *flags,
+                  "-o", str(pruned), "--json"],  # compress reads samples with --data
     }
 
 
