@@ -57,8 +57,8 @@ def _commands(e: Entry, calib: Path, flags: list[str], out: Path) -> dict[str, l
         "ethos": build("ethos", "--device", "ethos-u55-256"),
         "w4a8": ["quantize", model, "--scheme", "w4a8", *data, *flags,
                  "-o", str(out / "w4a8.tflite"), "--json"],
-        "prune": ["compress", model, "--prune", "0.3", *data, *flags, "-o", str(pruned),
-                  "--json"],
+        "prune": ["compress", model, "--prune", "0.3", "--data", str(calib), *flags,
+                  "-o", str(pruned), "--json"],  # compress reads samples with --data
     }
 
 
@@ -87,8 +87,22 @@ def _artifact(folder: Path, manifest: dict) -> Path | None:
     return folder / name if name and (folder / name).is_file() else None
 
 
-def runtime_check(model: Path, calib: Path) -> str:
-    """'ok' when the runtime loads `model` and runs the first calibration sample, else why."""
+def _as_input(x: np.ndarray, detail: dict) -> np.ndarray:
+    """A float sample as an input of `detail`'s type: an integer input with a scale takes
+    it quantized (a bare cast fed int8 audio as zeros: silence, not the sample)."""
+    dtype = np.dtype(detail["dtype"])
+    scales = detail.get("quantization_parameters", {}).get("scales", [])
+    if dtype.kind in "iu" and x.dtype.kind == "f" and len(scales):
+        zero = detail["quantization_parameters"]["zero_points"][0]
+        info = np.iinfo(dtype)
+        return np.clip(np.rint(x / scales[0]) + zero, info.min, info.max).astype(dtype)
+    return x.astype(dtype)
+
+
+def runtime_check(model: Path, calib: Path, layout: dict | None = None) -> str:
+    """'ok' when the runtime loads `model` and runs the first calibration sample, else why.
+    `layout`: the manifest's conversion.input_layout_changes (input -> permutation), which
+    an app applies to its data (onnx2tf made basic-pitch's [1, 43844, 1] [1, 1, 43844])."""
     try:
         with np.load(calib) as data:
             sample = _first_sample({k: data[k] for k in data.files})
@@ -110,8 +124,9 @@ def runtime_check(model: Path, calib: Path) -> str:
         names = list(runner.get_input_details())
         feeds = {n: sample[n] if n in sample else sample[list(sample)[k]]
                  for k, n in enumerate(names)}
+        feeds = {n: _permuted(x, n, layout or {}) for n, x in feeds.items()}
         details = runner.get_input_details()
-        runner(**{n: _laid_out(feeds[n], tuple(details[n]["shape"])).astype(details[n]["dtype"])
+        runner(**{n: _as_input(_laid_out(feeds[n], tuple(details[n]["shape"])), details[n])
                   for n in names})
         return "ok"
     except Exception as exc:  # the table reports what the runtime said, whatever it is
@@ -149,6 +164,16 @@ def _as_declared(x: np.ndarray, declared) -> np.ndarray:
         if fits(moved.shape):
             return moved
     return x
+
+
+def _permuted(x: np.ndarray, name: str, layout: dict) -> np.ndarray:
+    """`x` as the manifest says the artifact takes input `name` (onnx2tf writes the
+    signature name 'in:0' as 'in__0')."""
+    def plain(n: str) -> str:
+        return n.replace(":", "__").removeprefix("serving_default_")
+
+    perm = next((p for k, p in layout.items() if plain(k) == plain(name)), None)
+    return np.transpose(x, perm) if perm and len(perm) == x.ndim and x.ndim != 4 else x
 
 
 def _laid_out(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -218,7 +243,9 @@ def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit
         row["float_ops"] = _float_ops(manifest)
         row["rewrites"] = _rewrites(manifest)
         artifact = _artifact(target, manifest)
-        row["runtime"] = runtime_check(artifact, calib) if artifact else "no artifact found"
+        layout = (manifest.get("conversion") or {}).get("input_layout_changes")
+        row["runtime"] = (runtime_check(artifact, calib, layout) if artifact
+                          else "no artifact found")
         if artifact is not None and row["scheme"] == "w8a8":
             row["runtime_float_ops"] = float_compute_ops(artifact)
     elif target.suffix in (".tflite", ".onnx"):

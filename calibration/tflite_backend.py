@@ -17,8 +17,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from edgeopt.calibration.graphspec import CalibGraph, ConvGeometry, Layer, LayerKind, OpInfo
+from edgeopt.calibration.tflite_branches import CONTROL_FLOW
 from edgeopt.calibration.tflite_buffers import float_constants, read_constant, shared_buffers
 from edgeopt.errors import ConversionError, DataError, ModelLoadError, first_line
+from edgeopt.runtime import in_model_layout
 from edgeopt.tflite_reader import read_tflite
 
 WEIGHT_OPS = {"CONV_2D": LayerKind.CONV, "DEPTHWISE_CONV_2D": LayerKind.DEPTHWISE,
@@ -111,10 +113,16 @@ def read_graph(model: bytes) -> CalibGraph:
 
 
 def _activations(graph, ops) -> tuple[str, ...]:
+    """Float tensors to measure. An output that nothing reads of an op with several (a
+    SPLIT's unused part, a WHILE loop's counters and spent carries) has no buffer after
+    the run, and needs no range (ai-edge-quantizer gives a SPLIT's outputs its input's)."""
+    used = {i for op in ops for i in op.inputs} | set(graph.outputs)
     seen = [graph.tensor(i).name for i in graph.inputs if graph.tensor(i).dtype == "float32"]
     for op in ops:
         for i in op.outputs:
             tensor = graph.tensor(i)
+            if (op.op in CONTROL_FLOW or len(op.outputs) > 1) and i not in used:
+                continue
             if tensor.dtype == "float32" and not tensor.is_constant:
                 seen.append(tensor.name)
     return tuple(dict.fromkeys(seen))
@@ -164,7 +172,9 @@ class TFLiteCapture:
     def _invoke(self, feeds: dict[int, np.ndarray]) -> None:
         try:
             for detail in self.inputs:
-                value = feeds[detail["index"]]
+                # a recurrent state counts samples on axis 1, a scalar input has none
+                value = in_model_layout(feeds[detail["index"]], tuple(
+                    int(d) for d in detail.get("shape_signature", detail["shape"])))
                 scale, zero_point = detail["quantization"]
                 dtype = np.dtype(detail["dtype"])
                 if dtype.kind in "iu" and scale:

@@ -11,10 +11,13 @@ from edgeopt.calibration.config import Mode
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
 from edgeopt.calibration.tflite_backend import TFLiteCapture, read_graph
+from edgeopt.calibration.tflite_branches import branch_ops
 from edgeopt.errors import ConversionError, ModelLoadError, first_line
 from edgeopt.tflite_reader import read_tflite
 
-_NODE = re.compile(r"Node number (\d+)")
+# XNNPACK names the op it could not take ('failed to delegate SPLIT node #58') before
+# LiteRT names the delegate's own node ('Node number 778 (TfLiteXNNPackDelegate)')
+_NODE = re.compile(r"failed to delegate \w+ node #(\d+)|Node number (\d+)")
 
 
 class TFLiteFormat:
@@ -26,6 +29,7 @@ class TFLiteFormat:
         self.float_model = bytes(float_model)
         self.num_threads = num_threads
         self.graph = read_graph(self.float_model)
+        self.branches = branch_ops(self.float_model)
 
     def capture(self, model: bytes | None = None) -> TFLiteCapture:
         return TFLiteCapture(model or self.float_model, self.num_threads)
@@ -41,7 +45,10 @@ class TFLiteFormat:
 
     def float_reasons(self, plan: QuantPlan) -> dict[str, str]:
         """Ops kept float on purpose (by output tensor), with the reason."""
-        return tflite_writer.float_reasons(self.graph, plan)
+        reasons = tflite_writer.float_reasons(self.graph, plan)
+        if plan.mode == Mode.STATIC and plan.quantize_rest:
+            return {**self.branches, **reasons}
+        return reasons
 
     def report_tensor(self, layer) -> str:
         return layer.output
@@ -76,7 +83,7 @@ class TFLiteFormat:
         if match:
             graph = read_tflite(model)
             ops = [op for op in graph.ops if op.subgraph == 0]
-            index = int(match.group(1))
+            index = int(match.group(1) or match.group(2))
             if index < len(ops) and ops[index].outputs:
                 tensor = graph.tensor(ops[index].outputs[0]).name
         where = f" (op {ops[index].op}, output '{tensor}')" if tensor else ""

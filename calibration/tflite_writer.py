@@ -26,8 +26,10 @@ from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.quiet_libs import quiet_libraries
 from edgeopt.calibration.tflite_aeq import set_io_dtype
 from edgeopt.calibration.tflite_backend import to_native
+from edgeopt.calibration.tflite_branches import branch_rules
 from edgeopt.calibration.tflite_buffers import patch_constants, with_current_opcodes
 from edgeopt.calibration.tflite_int8_islands import close_islands
+from edgeopt.calibration.tflite_split_parts import integer_parts
 from edgeopt.calibration.weights import qrange
 from edgeopt.errors import ConversionError, first_line
 
@@ -67,8 +69,9 @@ def _op_config(mode: Mode, precision: Precision, granularity: str) -> tuple[str,
 
 
 def scope_regex(name: str) -> str:
-    """ai-edge-quantizer matches `re.search` on 'out1;out2;' scopes: anchor on ours."""
-    return "^" + re.escape(name) + ";$"
+    """ai-edge-quantizer matches `re.search` on 'out1;out2;' scopes: anchor on ours, the
+    op's first output (a SPLIT kept float has 'split;split1;split2;' as its scope)."""
+    return "^" + re.escape(name) + ";"
 
 
 def build_recipe(graph: CalibGraph, plan: QuantPlan) -> list[dict]:
@@ -151,6 +154,8 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
 
     patched = patch_constants(with_current_opcodes(float_model), new_constants(graph, plan))
     rules = build_recipe(graph, plan)
+    if plan.mode == Mode.STATIC and plan.quantize_rest:  # IF/WHILE bodies have no ranges
+        rules += branch_rules(float_model, NO_QUANTIZE)
     try:
         with quiet_libraries():
             qt = quantizer.Quantizer(bytearray(patched), rules)
@@ -164,7 +169,7 @@ def write(float_model: bytes, graph: CalibGraph, plan: QuantPlan) -> bytes:
         raise ConversionError(f"ai-edge-quantizer could not write the {plan.mode} model: "
                               f"{first_line(exc)}") from exc
     if plan.mode == Mode.STATIC and plan.quantize_rest:
-        model = close_islands(model, set(plan.keep_float))
+        model = integer_parts(close_islands(model, set(plan.keep_float)))
     if plan.io_dtype == "uint8" and plan.mode == Mode.STATIC:
         return set_io_dtype(model, "uint8")
     return model

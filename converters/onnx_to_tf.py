@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.onnx_tidy import tidy
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import ModelHandle, batch_axis
 from edgeopt.tf_env import quiet_tensorflow
@@ -96,13 +97,13 @@ def fixed_shapes(handle: ModelHandle) -> list[str]:
     return shapes
 
 
-def _graph_nodes(graph):
+def graph_nodes(graph):
     """Every node, inside If/Loop/Scan bodies too (onnx2tf converts those as well)."""
     for node in graph.node:
         yield node
         for attr in node.attribute:
             for body in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                yield from _graph_nodes(body)
+                yield from graph_nodes(body)
 
 
 def onnx2tf_supports(op_type: str) -> bool:
@@ -133,7 +134,7 @@ def check_convertible(path: Path) -> None:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    for node in _graph_nodes(model.graph):
+    for node in graph_nodes(model.graph):
         if not onnx2tf_supports(node.op_type):
             raise ConversionError(
                 f"op {node.op_type} (node {node.name or '?'}) is not supported by the "
@@ -152,7 +153,7 @@ def _failed_node(exc: BaseException, log: str, path: Path) -> str:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    op_types = {n.name: n.op_type for n in _graph_nodes(model.graph)}
+    op_types = {n.name: n.op_type for n in graph_nodes(model.graph)}
     op_type = op_types.get(name)
     return f"ONNX node {name} ({op_type})" if op_type else f"ONNX node {name}"
 
@@ -221,6 +222,8 @@ def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log,
         return None
     for node in model.graph.node:  # onnxslim's names ('Softmax@0') are not TF scope names
         node.name = _SCOPE_UNSAFE.sub("_", node.name)
+    for note in tidy(model):
+        log.write(f"edgeopt: {note}\n")
     path = workdir / "static.onnx"
     onnx.save(model, str(path))
     return path
@@ -263,7 +266,8 @@ def onnx_to_saved_model(handle: ModelHandle, workdir: Path,
                 input_onnx_file_path=str(static or private), output_folder_path=str(out),
                 overwrite_input_shape=None if static else shapes, output_signaturedefs=True,
                 copy_onnx_input_output_names_to_tflite=True, non_verbose=True,
-                not_use_onnxsim=True, keep_shape_absolutely_input_names=_kept(handle) or None)
+                not_use_onnxsim=True, keep_shape_absolutely_input_names=_kept(handle) or None,
+                enable_rnn_unroll=static is not None)
     except ConversionError:
         raise
     except (Exception, SystemExit) as exc:  # onnx2tf raises anything, and sys.exit()s

@@ -29,6 +29,7 @@ from edgeopt.comparison import compare_devices, compared_profiles
 from edgeopt.compress import CompressSettings, compress_model, write_model
 from edgeopt.config import BuildConfig, primary_device
 from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.converters.onnx_fold import fold_control_flow
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
@@ -234,7 +235,11 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, workdir,
         content, method = _converter_onnx(handle, scheme, calib)
         return Artifact(content, "onnx", method, OnnxRunner(content), conversion)
     core_config = quant_config(config, scheme, profile, "onnx")
-    result = quantize_onnx(handle.path, calib.arrays, core_config, evaluation.arrays,
+    folded = fold_control_flow(handle, calib.arrays)  # shape-decided If nodes
+    if folded is not None:
+        conversion["note"] = f"ONNX target: no format conversion; {folded.note}"
+    result = quantize_onnx(folded.content if folded else handle.path, calib.arrays,
+                           core_config, evaluation.arrays,
                            evaluation.labels, progress)
     result, qat = after_ptq(result, core_config, qat_settings(config), handle=handle,
                             keras_model=None, runtime_format="onnx",

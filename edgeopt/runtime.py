@@ -273,6 +273,8 @@ def ort_feed(session, feeds: dict[str, np.ndarray], start: int, step: int) -> di
             chunk = np.asarray(chunk)
         elif axis:
             chunk = np.moveaxis(chunk, 0, axis)
+        else:  # a static state [2, 1, 128] has no dynamic axis to say where samples go
+            chunk = in_model_layout(chunk, shape)
         feed[spec.name] = chunk
     return feed
 
