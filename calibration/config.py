@@ -85,6 +85,8 @@ class QuantConfig:
     percentile: float = 99.99
     recipe: object | None = None              # a calibration.recipes.Recipe
     accuracy_budget: float | None = None      # metric points (labels) or an SQNR floor in dB
+    int16_search: bool = True                 # the budget search may give layers int16
+                                              # activations (off: the device has no 16x8)
     io_dtype: str = "float32"
     layer_report: bool = True
     isolate_layers: int = 8                   # worst layers also measured quantized alone

@@ -43,7 +43,12 @@ class QuantPlan:
     int16_ops: dict[str, str] = field(default_factory=dict)
 
     def precisions(self) -> dict[str, str]:
-        return {name: str(plan.precision) for name, plan in self.layers.items()}
+        """Per layer, and per op without weights moved to int16 activations (int8 weights
+        in an int16-activation plan read "int16": the activations set the kernel)."""
+        wide = self.activation_bits == 16
+        found = {name: str(Precision.INT16 if wide and plan.precision == Precision.INT8
+                           else plan.precision) for name, plan in self.layers.items()}
+        return {**found, **{name: str(Precision.INT16) for name in self.int16_ops}}
 
     def with_layers(self, layers: dict[str, LayerPlan]) -> QuantPlan:
         return replace(self, layers={**self.layers, **layers})

@@ -4,8 +4,9 @@
 2. Measure each layer's sensitivity with the real runtime: the output SQNR of a model
    in which that layer alone is quantized at its lowest precision.
 3. Build a ladder of one-step raises (int4 -> int8 for every layer, most sensitive first,
-   then int8 -> fp16, then fp16 -> float) and bisect for the shortest prefix of the
-   ladder that meets the budget. Each prefix is written, loaded and run by the runtime.
+   then int8 -> int16 activations where the format and the device run 16x8 kernels, then
+   -> fp16, then fp16 -> float) and bisect for the shortest prefix of the ladder that
+   meets the budget. Each prefix is written, loaded and run by the runtime.
 
 The budget is in points of top-1 accuracy when labels exist (the drop from the float
 model may not exceed it), else an output-SQNR floor in dB.
@@ -17,7 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from edgeopt.calibration.config import Mode, Precision
+from edgeopt.calibration.config import Mode, Precision, traits
 from edgeopt.calibration.fallback import write_checked
 from edgeopt.calibration.plan import LayerPlan, QuantPlan
 from edgeopt.calibration.report import isolated_effect
@@ -27,6 +28,10 @@ from edgeopt.validate import compare
 SENSITIVITY_SAMPLES = 32
 STEPS = ((Precision.INT4, Precision.INT8), (Precision.INT8, Precision.FP16),
          (Precision.FP16, Precision.FLOAT))
+# int16 activations (int8 weights, 16x8 kernels) sit between int8 and fp16: 256x the
+# activation levels for 2x the activation bytes, weights unchanged
+STEPS_INT16 = ((Precision.INT4, Precision.INT8), (Precision.INT8, Precision.INT16),
+               (Precision.INT16, Precision.FP16), (Precision.FP16, Precision.FLOAT))
 
 
 class Budget:
@@ -47,7 +52,7 @@ def smallest_plan(session, plan: QuantPlan) -> QuantPlan:
     changes = {}
     for layer in session.fmt.graph.layers:
         current = plan.layers[layer.name].precision
-        if current in (Precision.FP16, Precision.FLOAT):
+        if current in (Precision.INT16, Precision.FP16, Precision.FLOAT):
             continue
         target = Precision.INT4 if layer.int4_capable else Precision.INT8
         if target != current:
@@ -90,10 +95,17 @@ def sensitivities(session, plan: QuantPlan, data: dict, reference) -> dict[str, 
     return result
 
 
-def ladder(plan: QuantPlan, sensitivity: dict[str, float]) -> list[tuple[str, Precision]]:
+def uses_int16(session) -> bool:
+    """int16 steps on the ladder: the writer can mix them in and the device runs them."""
+    return bool(session.fmt.int16_activations and session.config.int16_search
+                and traits(session.config.scheme).activation_bits == 8)
+
+
+def ladder(plan: QuantPlan, sensitivity: dict[str, float],
+           int16: bool = False) -> list[tuple[str, Precision]]:
     order = sorted(plan.layers, key=lambda n: sensitivity.get(n, np.inf))
     steps, level = [], {n: p.precision for n, p in plan.layers.items()}
-    for low, high in STEPS:
+    for low, high in (STEPS_INT16 if int16 else STEPS):
         for name in order:
             if level[name] == low:
                 steps.append((name, high))
@@ -122,7 +134,8 @@ def search_precisions(session, plan: QuantPlan, data: dict, labels, reference):
     base = smallest_plan(session, plan)
     sense_data = {k: v[:SENSITIVITY_SAMPLES] for k, v in data.items()}
     sense_ref = [r[:SENSITIVITY_SAMPLES] for r in reference]
-    steps = ladder(base, sensitivities(session, base, sense_data, sense_ref))
+    steps = ladder(base, sensitivities(session, base, sense_data, sense_ref),
+                   uses_int16(session))
     tried: dict[int, dict] = {}
 
     def attempt(k: int):
