@@ -32,6 +32,7 @@ from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
+from edgeopt.delegates.int16 import int16_support
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
@@ -169,6 +170,7 @@ def quant_config(config: BuildConfig, scheme: str, profile: DeviceProfile, fmt: 
     return QuantConfig(scheme=scheme, method=config.method,
                        recipe=load_recipe(config.recipe) if config.recipe else None,
                        accuracy_budget=config.accuracy_budget,
+                       int16_search=int16_support(profile.delegate).runs,
                        io_dtype=profile.io_dtype if integer_io else "float32", seed=config.seed)
 
 
