@@ -50,6 +50,26 @@ def feeding_ops(graph: CalibGraph, output: str) -> list[str]:
     return chain
 
 
+def int16_segment(graph: CalibGraph, layer: str) -> list[str]:
+    """Output tensors of the ops without weights that `layer`'s output reaches before the
+    next weight layer: an int16 layer carries its grid through them (a pooling or softmax
+    left in int8 would quantize its output again at int8 resolution)."""
+    layers = {la.name for la in graph.layers}
+    readers: dict[str, list] = {}
+    for op in graph.ops:
+        for name in op.inputs:
+            readers.setdefault(name, []).append(op)
+    found, frontier = [], [layer]
+    while frontier:
+        for op in readers.get(frontier.pop(), []):
+            out = op.outputs[0] if op.outputs else None
+            if out is None or out in layers or out in found:
+                continue
+            found.append(out)
+            frontier.append(out)
+    return found
+
+
 def output_state(reference: list[np.ndarray], outputs: list[np.ndarray],
                  ) -> tuple[int, list[float], list[int]]:
     """(collapsed parts, SQNR per output, outputs at risk: collapsed or below RISK_DB)."""
@@ -145,7 +165,8 @@ def _corrected(session, plan: QuantPlan) -> QuantPlan:
 def _warn(session, before, after, risky: list[int], where: str, tensors: list[str]) -> None:
     names = ", ".join(f"'{t}'" for t in tensors[:3]) + (", ..." if len(tensors) > 3 else "")
     session.warnings.append(
-        f"{len(risky)} output(s) collapsed or near collapse in int8 (below {RISK_DB:.0f} dB "
-        f"on the check samples; fed by {names}): {where} run with int16 activations, which "
-        f"lifts their worst SQNR from {min(before[1][i] for i in risky):.1f} to "
-        f"{min(after[1][i] for i in risky):.1f} dB. {CPU_NOTE}")
+        f"{len(risky)} output(s) collapsed in int8 or fell below {RISK_DB:.0f} dB SQNR on "
+        f"the check samples (fed by {names}): {where} run with int16 activations; "
+        f"collapsed parts {before[0]} -> {after[0]}, worst SQNR of those outputs "
+        f"{min(before[1][i] for i in risky):.1f} -> {min(after[1][i] for i in risky):.1f} dB. "
+        f"{CPU_NOTE}")

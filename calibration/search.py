@@ -20,6 +20,7 @@ import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision, traits
 from edgeopt.calibration.fallback import write_checked
+from edgeopt.calibration.int16_rescue import int16_segment, widened
 from edgeopt.calibration.plan import LayerPlan, QuantPlan
 from edgeopt.calibration.report import isolated_effect
 from edgeopt.calibration.weights import weight_sqnr_db
@@ -123,7 +124,13 @@ def apply_steps(session, plan: QuantPlan, steps) -> QuantPlan:
     final: dict[str, Precision] = {}
     for name, precision in steps:
         final[name] = precision
-    return plan.with_layers({n: session.replan(n, p) for n, p in final.items()})
+    raised = plan.with_layers({n: session.replan(n, p) for n, p in final.items()})
+    int16 = [n for n, p in final.items() if p == Precision.INT16]
+    if not int16:
+        return raised
+    graph = session.fmt.graph
+    segment = {t: "follows an int16 layer" for n in int16 for t in int16_segment(graph, n)}
+    return widened(session, raised.in_int16(segment), [*int16, *segment])
 
 
 def search_precisions(session, plan: QuantPlan, data: dict, labels, reference):
