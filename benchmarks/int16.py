@@ -17,7 +17,15 @@ Detections: YOLOv8 decoding as nudenet does (best class score >= SCORE, NMS IoU 
 class). F1 at IoU 0.5 against the float model's boxes (same class), summed over samples;
 "kept" = F1 (the float model scores 1.0 against itself). Sizes are file bytes.
 
+CPU part (`--cpu`): the layers of benchmarks/int4_cpu.py (Keras, seeded), each quantized
+by edgeopt as w8a8 and w8a16 and timed in LiteRT with 1 thread, invokes interleaved (5
+warm-up, median of REPEATS): int8 under XNNPACK, int8 on the builtin kernels, w8a16 with
+the default interpreter (XNNPACK leaves the int16 ops to the builtin reference kernels).
+The ratio w8a16 / int8 XNNPACK is the factor the latency estimate applies to an int16 op
+on a CPU unit (`devices/roofline.REFERENCE_KERNEL_SLOWDOWN["int16"]`).
+
     python benchmarks/int16.py [--budget 40] [--only edgeopt_w8a16 ...]
+    python benchmarks/int16.py --cpu
 """
 
 from __future__ import annotations
@@ -257,12 +265,53 @@ def evaluate(name: str, ctx: dict, reference: np.ndarray) -> dict:
             **f1_against(reference, outputs), **info}
 
 
+REPEATS = 30
+
+
+def cpu_models(model, shape) -> dict[str, bytes]:
+    import tensorflow as tf
+
+    from edgeopt.quantize import QuantConfig, quantize_tflite
+
+    float_tflite = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+    name = tflite_input(float_tflite)
+    calib = {name: np.random.default_rng(0).normal(size=(16, *shape)).astype(np.float32)}
+    config = QuantConfig(method="minmax", layer_report=False, check_samples=4)
+    return {scheme: quantize_tflite(float_tflite, calib, config.replace(scheme=scheme)).model
+            for scheme in ("w8a8", "w8a16")}
+
+
+def cpu_part() -> int:
+    from int4_cpu import LAYERS, interpreter, make_model, time_all
+
+    rows, results = [], []
+    for label, (shape, kind, units, kernel) in LAYERS.items():
+        models = cpu_models(make_model(shape, kind, units, kernel), shape)
+        runs = {"int8 xnnpack": interpreter(models["w8a8"], False),
+                "int8 builtin": interpreter(models["w8a8"], True),
+                "w8a16 default": interpreter(models["w8a16"], False)}
+        ms = time_all(runs, REPEATS)
+        record = {"layer": label, "ms": {k: round(v, 4) for k, v in ms.items()},
+                  "w8a16_over_int8_xnnpack": round(ms["w8a16 default"] / ms["int8 xnnpack"], 1),
+                  "w8a16_over_int8_builtin": round(ms["w8a16 default"] / ms["int8 builtin"], 1)}
+        results.append(record)
+        rows.append((label, *(f"{ms[k]:.3f}" for k in runs),
+                     record["w8a16_over_int8_xnnpack"], record["w8a16_over_int8_builtin"]))
+    print_table(["layer", "int8 xnnpack ms", "int8 builtin ms", "w8a16 ms",
+                 "w8a16/int8 xnnpack", "w8a16/int8 builtin"], rows)
+    write_results(NAME + "_cpu", {"repeats": REPEATS, "threads": 1, "layers": results})
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=40.0,
                         help="edgeopt_budget's output-SQNR floor in dB")
     parser.add_argument("--only", nargs="*", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--cpu", action="store_true", help="only the CPU timing part")
     args = parser.parse_args(argv)
+    if args.cpu:
+        return cpu_part()
     calib, evaluation = inputs(CALIB, 0), inputs(EVAL, 1)
     with tempfile.TemporaryDirectory(prefix="edgeopt-int16-") as tmp:
         ctx = {**prepare(Path(tmp), calib), "workdir": Path(tmp), "budget": args.budget,

@@ -73,6 +73,25 @@ def test_w8a16_writes_int16_activations_with_zero_point_0_and_int64_bias(tiny):
     assert result.validation["sqnr_db"] > int8.validation["sqnr_db"] + 10
 
 
+@pytest.mark.parametrize("device,slow", [("pixel-cpu", True), ("snapdragon-npu", False)])
+def test_int16_ops_on_a_cpu_are_costed_on_reference_kernels_and_said(tiny, device, slow):
+    from edgeopt.devices.estimator import estimate
+    from edgeopt.devices.profile import load_profile
+    from edgeopt.tflite_reader import read_tflite
+
+    model, calib, _ = tiny
+    config = QuantConfig(method="minmax", layer_report=False, isolate_layers=1)
+    found = {}
+    for scheme in ("w8a8", "w8a16"):
+        content = quantize_tflite(model, calib, config.replace(scheme=scheme)).model
+        found[scheme] = estimate(read_tflite(content), load_profile(device), model=content)
+    noted = any("reference 16x8 kernels" in n for n in found["w8a16"].notes)
+    assert noted == slow
+    assert not any("16x8" in n for n in found["w8a8"].notes)
+    if slow:
+        assert found["w8a16"].latency_s > 2 * found["w8a8"].latency_s
+
+
 def test_w8a16_refuses_integer_model_io():
     with pytest.raises(ConfigError, match="int16"):
         QuantConfig(scheme="w8a16", io_dtype="int8")
