@@ -120,11 +120,25 @@ def round_ends(steps: list[tuple[str, Precision]]) -> list[int]:
     return ends + [len(steps)] if steps else []
 
 
+def _replan(session, name: str, precision: Precision):
+    """An int16 layer is bias-corrected whenever the config allows it: int8's noise can
+    hide what the correction buys (the int8 range choice may have turned it off), int16's
+    does not (a YOLOv8n: 36.6 dB without, 48.5 dB with)."""
+    if precision != Precision.INT16 or session.corrects_bias or \
+            not session.config.bias_correction:
+        return session.replan(name, precision)
+    session.bias_correction = True
+    try:
+        return session.replan(name, precision)
+    finally:
+        session.bias_correction = False
+
+
 def apply_steps(session, plan: QuantPlan, steps) -> QuantPlan:
     final: dict[str, Precision] = {}
     for name, precision in steps:
         final[name] = precision
-    raised = plan.with_layers({n: session.replan(n, p) for n, p in final.items()})
+    raised = plan.with_layers({n: _replan(session, n, p) for n, p in final.items()})
     int16 = [n for n, p in final.items() if p == Precision.INT16]
     if not int16:
         return raised
