@@ -55,6 +55,11 @@ class QuantFormat(Protocol):
         ...
 
     @property
+    def int16_activations(self) -> bool:
+        """Whether the writer can give single ops int16 activations in an int8 model."""
+        ...
+
+    @property
     def float_model(self) -> bytes:
         """The float model the plans apply to."""
         ...

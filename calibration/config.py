@@ -18,6 +18,7 @@ from edgeopt.errors import ConfigError
 class Scheme(StrEnum):
     W8A8 = "w8a8"          # int8 weights per channel, int8 activations (full integer)
     W4A8 = "w4a8"          # int4 weights on conv/dense layers, int8 activations
+    W8A16 = "w8a16"        # int8 weights, int16 activations (TFLite 16x8, zero point 0)
     W4A16 = "w4a16"        # int4 weights, activations kept float (weight-only)
     W4AFP32 = "w4afp32"    # same as w4a16: int4 weights, float compute
     DYNAMIC = "dynamic"    # int8 weights, activations quantized on the fly by the runtime
@@ -28,6 +29,7 @@ class Scheme(StrEnum):
 class Precision(StrEnum):
     INT4 = "int4"
     INT8 = "int8"
+    INT16 = "int16"        # int8 weights, int16 activations around the op (16x8 kernels)
     FP16 = "fp16"
     FLOAT = "float"
 
@@ -56,6 +58,7 @@ class SchemeTraits:
 SCHEMES: dict[Scheme, SchemeTraits] = {
     Scheme.W8A8: SchemeTraits(Mode.STATIC, 8, Precision.INT8, Precision.INT8),
     Scheme.W4A8: SchemeTraits(Mode.STATIC, 8, Precision.INT4, Precision.INT8),
+    Scheme.W8A16: SchemeTraits(Mode.STATIC, 16, Precision.INT8, Precision.INT8),
     Scheme.W4A16: SchemeTraits(Mode.WEIGHT_ONLY, None, Precision.INT4, Precision.INT8),
     Scheme.W4AFP32: SchemeTraits(Mode.WEIGHT_ONLY, None, Precision.INT4, Precision.INT8),
     Scheme.DYNAMIC: SchemeTraits(Mode.DYNAMIC, None, Precision.INT8, Precision.INT8),
@@ -82,6 +85,8 @@ class QuantConfig:
     percentile: float = 99.99
     recipe: object | None = None              # a calibration.recipes.Recipe
     accuracy_budget: float | None = None      # metric points (labels) or an SQNR floor in dB
+    int16_search: bool = True                 # the budget search may give layers int16
+                                              # activations (off: the device has no 16x8)
     io_dtype: str = "float32"
     layer_report: bool = True
     isolate_layers: int = 8                   # worst layers also measured quantized alone
@@ -104,6 +109,9 @@ class QuantConfig:
         if self.io_dtype != "float32" and traits(self.scheme).mode != Mode.STATIC:
             raise ConfigError(f"{self.io_dtype} model inputs and outputs need a full-integer "
                               f"scheme (w8a8 or w4a8); {self.scheme} keeps float activations")
+        if self.io_dtype != "float32" and traits(self.scheme).activation_bits == 16:
+            raise ConfigError(f"{self.io_dtype} model inputs and outputs need int8 "
+                              f"activations; {self.scheme} has int16 ones (keep float32 IO)")
         if self.block_size is not None and self.block_size not in BLOCK_SIZES:
             raise ConfigError(f"block size {self.block_size} not one of "
                               f"{', '.join(map(str, BLOCK_SIZES))}")

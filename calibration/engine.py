@@ -2,6 +2,7 @@
 
     check data -> precisions -> one capture pass -> ranges -> weights -> plan
       -> (auto: candidates scored by the runtime) -> write + runtime check (fallbacks)
+      -> collapsed outputs: int16 activations on the ops feeding them
       -> validation -> layer report -> (accuracy budget: precision search)
 
     >>> fmt = open_format("tflite", float_tflite_bytes)                  # doctest: +SKIP
@@ -21,6 +22,7 @@ from edgeopt.calibration.data_checks import check_calibration
 from edgeopt.calibration.describe import describe_method
 from edgeopt.calibration.fallback import write_checked
 from edgeopt.calibration.finish import finish
+from edgeopt.calibration.int16_rescue import rescue_collapsed
 from edgeopt.calibration.measured import choose_ranges, keep_bias_correction_if_it_helps
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.precision import assign_precisions
@@ -99,6 +101,7 @@ def quantize_with(fmt: QuantFormat, calib: dict[str, np.ndarray], config: QuantC
     else:
         plan = keep_bias_correction_if_it_helps(session, plan, check, reference)
     model, plan = write_checked(session, plan)
+    model, plan = rescue_collapsed(session, plan, model, check, reference)
     session.warnings.extend(fmt.limitations(plan))
     method = describe_method(session, label, choices_by_tensor, scores, plan)
     record = {"check_output_sqnr_db": output_sqnr(reference, fmt.run(model, check)),

@@ -27,10 +27,12 @@ def _magnitude(lo: float, hi: float) -> float:
     return max(abs(lo), abs(hi))
 
 
-def mixed_scale_concats(graph: CalibGraph,
-                        ranges: dict[str, tuple[float, float]]) -> dict[str, str]:
-    """Ops (by output tensor) to keep float, with the reason the manifest lists."""
+def mixed_scale_concats(graph: CalibGraph, ranges: dict[str, tuple[float, float]],
+                        bits: int = 8) -> dict[str, str]:
+    """Ops (by output tensor) to keep float, with the reason the manifest lists; int16
+    activations (`bits` 16) have 256x the levels, so a 256x wider ratio."""
     found: dict[str, str] = {}
+    max_ratio = MAX_RATIO * 2 ** (bits - 8)
     for op in graph.ops:
         if op.op not in CONCAT_OPS:
             continue
@@ -39,11 +41,11 @@ def mixed_scale_concats(graph: CalibGraph,
             continue
         big, small = max(sizes, key=sizes.get), min(sizes, key=sizes.get)
         ratio = sizes[big] / sizes[small]
-        if ratio > MAX_RATIO:
+        if ratio > max_ratio:
             found[op.outputs[0]] = (
                 f"{op.op} of inputs whose ranges differ {ratio:.0f}x ('{big}' up to "
-                f"{sizes[big]:.3g}, '{small}' up to {sizes[small]:.3g}): one int8 scale would "
-                f"leave '{small}' {255 / ratio:.1f} steps; kept float")
+                f"{sizes[big]:.3g}, '{small}' up to {sizes[small]:.3g}): one int{bits} scale would "
+                f"leave '{small}' {(2 ** bits - 1) / ratio:.1f} steps; kept float")
     return {**found, **_downstream_layout(graph, found)}
 
 

@@ -18,7 +18,7 @@ from edgeopt.calibration.graphspec import CalibGraph, Layer, LayerKind
 from edgeopt.calibration.layer_stats import LayerInputStats
 from edgeopt.calibration.weights import WeightQuant, quantize_rtn
 
-BITS = {Precision.INT4: 4, Precision.INT8: 8}
+BITS = {Precision.INT4: 4, Precision.INT8: 8, Precision.INT16: 8}  # weight bits
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,16 @@ class QuantPlan:
     quantize_rest: bool = True     # static mode: quantize ops without weights too
     # ops without weights kept float after the runtime refused them in int8: tensor -> why
     keep_float: dict[str, str] = field(default_factory=dict)
+    # ops without weights run with int16 activations in an int8 plan: tensor -> why
+    int16_ops: dict[str, str] = field(default_factory=dict)
 
     def precisions(self) -> dict[str, str]:
-        return {name: str(plan.precision) for name, plan in self.layers.items()}
+        """Per layer, and per op without weights moved to int16 activations (int8 weights
+        in an int16-activation plan read "int16": the activations set the kernel)."""
+        wide = self.activation_bits == 16
+        found = {name: str(Precision.INT16 if wide and plan.precision == Precision.INT8
+                           else plan.precision) for name, plan in self.layers.items()}
+        return {**found, **{name: str(Precision.INT16) for name in self.int16_ops}}
 
     def with_layers(self, layers: dict[str, LayerPlan]) -> QuantPlan:
         return replace(self, layers={**self.layers, **layers})
@@ -51,6 +58,12 @@ class QuantPlan:
 
     def keeping_float(self, tensor: str, reason: str) -> QuantPlan:
         return replace(self, keep_float={**self.keep_float, tensor: reason})
+
+    def in_int16(self, tensors: dict[str, str]) -> QuantPlan:
+        """This plan with the ops writing `tensors` moved to int16 activations (and out of
+        the float list: int16 is what replaces a float fallback)."""
+        keep = {t: r for t, r in self.keep_float.items() if t not in tensors}
+        return replace(self, int16_ops={**self.int16_ops, **tensors}, keep_float=keep)
 
     def only(self, layer: str, ranges: dict[str, tuple[float, float]]) -> QuantPlan:
         """This plan with one layer quantized and everything else left float."""

@@ -13,7 +13,7 @@ from edgeopt.calibration.config import Mode, Precision, QuantConfig, WeightMetho
 from edgeopt.calibration.graphspec import CalibGraph, Layer
 from edgeopt.calibration.recipes import Recipe
 
-ORDER = (Precision.INT4, Precision.INT8, Precision.FP16, Precision.FLOAT)
+ORDER = (Precision.INT4, Precision.INT8, Precision.INT16, Precision.FP16, Precision.FLOAT)
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,13 @@ class LayerChoice:
         return WeightMethod.GPTQ if precision == Precision.INT4 else WeightMethod.RTN
 
 
-def higher(precision: Precision) -> Precision | None:
-    """The next wider precision, or None after float."""
-    index = ORDER.index(precision)
-    return ORDER[index + 1] if index + 1 < len(ORDER) else None
+def higher(precision: Precision, int16: bool = False) -> Precision | None:
+    """The next wider precision, or None after float; int16 activations only if `int16`."""
+    order = ORDER if int16 else tuple(p for p in ORDER if p != Precision.INT16)
+    if precision not in order:
+        return Precision.FP16
+    index = order.index(precision)
+    return order[index + 1] if index + 1 < len(order) else None
 
 
 def assign_precisions(graph: CalibGraph, config: QuantConfig):
@@ -91,4 +94,4 @@ def _warnings(graph: CalibGraph, recipe: Recipe | None, used: set[int],
 
 def weight_layers(graph: CalibGraph, choices: dict[str, LayerChoice]) -> list[Layer]:
     return [layer for layer in graph.layers if choices[layer.name].precision in
-            (Precision.INT4, Precision.INT8)]
+            (Precision.INT4, Precision.INT8, Precision.INT16)]

@@ -8,6 +8,7 @@ from edgeopt.errors import ConversionError
 SCHEMES = {
     "w8a8": ("tflite", "onnx"),     # full integer: int8 weights per channel, int8 activations
     "w4a8": ("tflite", "onnx"),     # int4 conv/dense weights (GPTQ), int8 activations
+    "w8a16": ("tflite",),           # int8 weights, int16 activations (TFLite 16x8 kernels)
     "w4a16": ("tflite", "onnx"),    # weight-only int4; activations stay float (fp32 kernels)
     "w4afp32": ("tflite", "onnx"),  # weight-only int4, float compute
     "dynamic": ("tflite", "onnx"),  # int8 weights, float activations quantized on the fly

@@ -24,6 +24,7 @@ class TFLiteFormat:
     name = "tflite"
     runtime = "LiteRT interpreter"
     int4_modes = (Mode.STATIC, Mode.WEIGHT_ONLY, Mode.DYNAMIC)
+    int16_activations = True   # ai-edge-quantizer's 16x8 rules, requantized at the seams
 
     def __init__(self, float_model: bytes, num_threads: int | None = None):
         self.float_model = bytes(float_model)

@@ -49,7 +49,14 @@ def _weight_granularity(plan_layer) -> str:
     return "CHANNELWISE" if block is None else f"BLOCKWISE_{block}"
 
 
-def _op_config(mode: Mode, precision: Precision, granularity: str) -> tuple[str, dict]:
+def _activation_config(bits: int) -> dict:
+    """int8 activations are asymmetric; int16 ones symmetric with zero point 0, as
+    LiteRT's 16x8 kernels require (their bias is int64)."""
+    return _tensor_config(bits, bits == 16)
+
+
+def _op_config(mode: Mode, precision: Precision, granularity: str,
+               activation_bits: int = 8) -> tuple[str, dict]:
     """(algorithm key, op config) of one layer in ai-edge-quantizer's recipe format."""
     if precision == Precision.FLOAT:
         return NO_QUANTIZE, {}
@@ -58,7 +65,8 @@ def _op_config(mode: Mode, precision: Precision, granularity: str) -> tuple[str,
                                "compute_precision": "FLOAT", "explicit_dequantize": True}
     weight = _tensor_config(4 if precision == Precision.INT4 else 8, True, granularity)
     if mode == Mode.STATIC:
-        return MIN_MAX, {"activation_tensor_config": _tensor_config(8, False),
+        bits = 16 if precision == Precision.INT16 else activation_bits
+        return MIN_MAX, {"activation_tensor_config": _activation_config(bits),
                          "weight_tensor_config": weight, "compute_precision": "INTEGER",
                          "explicit_dequantize": False}
     if mode == Mode.DYNAMIC or granularity != "CHANNELWISE":
@@ -76,14 +84,19 @@ def scope_regex(name: str) -> str:
 
 def build_recipe(graph: CalibGraph, plan: QuantPlan) -> list[dict]:
     rules = []
+    bits = plan.activation_bits or 8
     if plan.mode == Mode.STATIC and plan.quantize_rest:
-        key, config = _op_config(Mode.STATIC, Precision.INT8, "CHANNELWISE")
+        key, config = _op_config(Mode.STATIC, Precision.INT8, "CHANNELWISE", bits)
         rules.append({"regex": ".*", "operation": "*", "algorithm_key": key,
                       "op_config": config})
         if plan.io_dtype != "int8":  # ai-edge-quantizer's own IO is int8
             for io in ("INPUT", "OUTPUT"):
                 rules.append({"regex": ".*", "operation": io, "algorithm_key": NO_QUANTIZE,
                               "op_config": {}})
+        key16, config16 = _op_config(Mode.STATIC, Precision.INT16, "CHANNELWISE")
+        for tensor in plan.int16_ops:
+            rules.append({"regex": scope_regex(tensor), "operation": "*",
+                          "algorithm_key": key16, "op_config": config16})
         for tensor in float_reasons(graph, plan):
             rules.append({"regex": scope_regex(tensor), "operation": "*",
                           "algorithm_key": NO_QUANTIZE, "op_config": {}})
@@ -91,7 +104,8 @@ def build_recipe(graph: CalibGraph, plan: QuantPlan) -> list[dict]:
         layer_plan = plan.layers.get(layer.name)
         if layer_plan is None:
             continue
-        key, config = _op_config(plan.mode, layer_plan.precision, _weight_granularity(layer_plan))
+        key, config = _op_config(plan.mode, layer_plan.precision,
+                                 _weight_granularity(layer_plan), bits)
         if key == NO_QUANTIZE and plan.mode != Mode.STATIC:
             continue
         rules.append({"regex": scope_regex(layer.name), "operation": layer.op,
@@ -103,8 +117,10 @@ def float_reasons(graph: CalibGraph, plan: QuantPlan) -> dict[str, str]:
     """Ops (by output tensor) the writer keeps float although the scheme is integer."""
     if plan.mode != Mode.STATIC or not plan.quantize_rest:
         return {}
-    return {**risky_divisions(graph, plan.activation_ranges),
-            **mixed_scale_concats(graph, plan.activation_ranges), **plan.keep_float}
+    found = {**risky_divisions(graph, plan.activation_ranges),
+             **mixed_scale_concats(graph, plan.activation_ranges, plan.activation_bits or 8),
+             **plan.keep_float}
+    return {t: why for t, why in found.items() if t not in plan.int16_ops}
 
 
 def _weight_qsv(layer: Layer, quant) -> dict[str, np.ndarray]:

@@ -16,7 +16,13 @@ from edgeopt.devices.opcost import OpCost, op_costs
 from edgeopt.devices.params import ParamResidency, param_residency
 from edgeopt.devices.profile import DeviceProfile
 from edgeopt.devices.result import Estimate, OpEstimate
-from edgeopt.devices.roofline import on_int4_cpu_path, time_op, unit_dtype
+from edgeopt.devices.roofline import (
+    REFERENCE_KERNEL_SLOWDOWN,
+    on_int4_cpu_path,
+    on_int16_cpu_path,
+    time_op,
+    unit_dtype,
+)
 from edgeopt.devices.transfers import cost_crossings
 from edgeopt.graph import Graph
 
@@ -55,7 +61,8 @@ def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssi
         placement=assignment.manifest_json(hw.cpu_unit().name),
         precision=_precision(rows), profile_file=profile.path, params=params,
         compiler=compiler, notes=_notes(graph, assignment, compiler) + int4_cpu_notes(
-            costs, assignment, hw), basis=profile.basis,
+            costs, assignment, hw) + int16_cpu_notes(costs, assignment, hw),
+        basis=profile.basis,
         interval_s=profile.fit.interval(latency) if profile.fit else None)
 
 
@@ -89,6 +96,18 @@ def int4_cpu_notes(costs, assignment: UnitAssignment, hw) -> tuple[str, ...]:
             f"on the CPU's builtin kernels: no delegate takes int4 convolutions, so they are "
             f"costed on LiteRT's int4 path ({INT4_CPU_MEASURED}); int8 weights (--scheme "
             "w8a8) run faster on a CPU",)
+
+
+def int16_cpu_notes(costs, assignment: UnitAssignment, hw) -> tuple[str, ...]:
+    """Say so when int16-activation ops (16x8) land on a CPU: reference kernels."""
+    slow = [c for c in costs
+            if on_int16_cpu_path(c, hw.unit(assignment.units[c.index]), hw)]
+    if not slow:
+        return ()
+    return (f"{len(slow)} int16-activation op(s) ({', '.join(sorted({c.op for c in slow}))}) "
+            f"run on the CPU: XNNPACK has no int16 kernels, so LiteRT's reference 16x8 "
+            f"kernels run them, costed at {REFERENCE_KERNEL_SLOWDOWN['int16']:.0f}x the int8 "
+            "time (a 3x3 conv measured on this project's host, benchmarks/int16.py --cpu)",)
 
 
 def _unit_param_bytes(costs, assignment: UnitAssignment) -> dict[str, float]:

@@ -25,7 +25,10 @@ from edgeopt.devices.opcost import OpCost
 # no int4 convolution): LiteRT's builtin kernel unpacks the weights and runs it. Its
 # compute relative to the builtin int8 kernel, measured on this project's host with
 # benchmarks/int4_cpu.py (BENCHMARKS.md, "int4 on a CPU"): 1.0x for a 3x3 conv.
-REFERENCE_KERNEL_SLOWDOWN = {"int4": 1.0}
+# An int16-activation MAC op (TFLite 16x8) is not delegated to XNNPACK either (it has no
+# int16 kernels): LiteRT's reference 16x8 kernels run it; a 3x3 conv measured 24x the
+# int8 XNNPACK time on this host (benchmarks/int16.py --cpu, BENCHMARKS.md "int16").
+REFERENCE_KERNEL_SLOWDOWN = {"int4": 1.0, "int16": 24.0}
 FLOAT_FALLBACK = ("float32", "float16")
 INT_FALLBACK = ("int8", "int16")
 
@@ -67,8 +70,15 @@ def on_int4_cpu_path(cost: OpCost, unit: ComputeUnit, hw: Hardware) -> bool:
             and cost.dtype.startswith("int") and cost.weight_dtype == "int4")
 
 
+def on_int16_cpu_path(cost: OpCost, unit: ComputeUnit, hw: Hardware) -> bool:
+    """An int16-activation MAC op (16x8) left to the CPU's reference kernels."""
+    return unit.name == hw.cpu_unit().name and bool(cost.macs) and cost.dtype == "int16"
+
+
 def reference_slowdown(cost: OpCost, unit: ComputeUnit, hw: Hardware) -> float:
-    """How many times the builtin int8 kernel's time the op computes in on `unit`."""
+    """How many times the int8 kernel's time the op computes in on `unit`."""
+    if on_int16_cpu_path(cost, unit, hw):
+        return REFERENCE_KERNEL_SLOWDOWN["int16"]
     if not on_int4_cpu_path(cost, unit, hw):
         return 1.0
     return REFERENCE_KERNEL_SLOWDOWN[cost.weight_dtype]

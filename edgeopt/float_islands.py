@@ -16,7 +16,7 @@ from __future__ import annotations
 from edgeopt.errors import ConversionError
 from edgeopt.tflite_reader import read_tflite
 
-FULL_INTEGER_SCHEMES = ("w8a8", "w4a8")
+FULL_INTEGER_SCHEMES = ("w8a8", "w4a8", "w8a16")
 _FLOAT = ("float32", "float16")
 # conversions at the edges of an island, and ops that read only a tensor's shape
 _CONVERSIONS = ("QUANTIZE", "DEQUANTIZE", "SHAPE", "RANK")

@@ -33,6 +33,7 @@ from edgeopt.converters.onnx_fold import fold_control_flow
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
+from edgeopt.delegates.int16 import int16_support
 from edgeopt.delegates.onnx_placement import place_onnx_for_device
 from edgeopt.devices.estimator import estimate, estimate_onnx_model
 from edgeopt.devices.profile import DeviceProfile, load_profile
@@ -197,6 +198,7 @@ def quant_config(config: BuildConfig, scheme: str, profile: DeviceProfile, fmt: 
     return QuantConfig(scheme=scheme, method=config.method,
                        recipe=load_recipe(config.recipe) if config.recipe else None,
                        accuracy_budget=config.accuracy_budget,
+                       int16_search=int16_support(profile.delegate).runs,
                        io_dtype=profile.io_dtype if integer_io else "float32", seed=config.seed)
 
 

@@ -35,7 +35,8 @@ from edgeopt.quiet import library_output_to_log
 @click.option("-o", "--output", type=PATH, required=True, help="Quantized model to write: "
               ".tflite (ai-edge-quantizer) or .onnx (onnxruntime QDQ).")
 @click.option("--scheme", type=choice(Scheme), default=None,
-              help="w8a8 (default), w4a8, w4a16/w4afp32 (weight-only), dynamic, fp16, float.")
+              help="w8a8 (default), w4a8, w8a16 (int16 activations, TFLite 16x8), "
+                   "w4a16/w4afp32 (weight-only), dynamic, fp16, float.")
 @click.option("--method", type=choice(RangeMethod, RangeMethod.CONVERTER), default=None,
               help="Activation range estimator (default auto: the best measured).")
 @click.option("--weight-method", type=choice(WeightMethod), default=None,
