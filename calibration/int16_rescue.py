@@ -20,6 +20,7 @@ import numpy as np
 from edgeopt.calibration.config import Mode, Precision
 from edgeopt.calibration.fallback import write_checked
 from edgeopt.calibration.graphspec import CalibGraph
+from edgeopt.calibration.measured import replanned
 from edgeopt.calibration.mixed_scales import LAYOUT_OPS
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
@@ -154,12 +155,7 @@ def _candidates(session, plan: QuantPlan, tensors: list[str]):
 
 
 def _corrected(session, plan: QuantPlan) -> QuantPlan:
-    session.bias_correction = True
-    try:
-        return plan.with_layers({n: session.replan(n, p.precision)
-                                 for n, p in plan.layers.items()})
-    finally:
-        session.bias_correction = False
+    return replanned(session, plan, True, False)
 
 
 def _warn(session, before, after, risky: list[int], where: str, tensors: list[str]) -> None:

@@ -22,13 +22,20 @@ def has_corrected_bias(plan: QuantPlan) -> bool:
     return any(p.bias is not None for p in plan.layers.values())
 
 
-def without_bias_correction(session: Session, plan: QuantPlan) -> QuantPlan:
-    session.bias_correction = False
+def replanned(session: Session, plan: QuantPlan, bias_correction: bool,
+              after: bool | None) -> QuantPlan:
+    """Every layer of `plan` planned again with bias correction on or off; the session's
+    setting is `after` once done."""
+    session.bias_correction = bias_correction
     try:
         return plan.with_layers({n: session.replan(n, p.precision)
                                  for n, p in plan.layers.items()})
     finally:
-        session.bias_correction = None
+        session.bias_correction = after
+
+
+def without_bias_correction(session: Session, plan: QuantPlan) -> QuantPlan:
+    return replanned(session, plan, False, None)
 
 
 def choose_ranges(session: Session, plan: QuantPlan, check, reference):

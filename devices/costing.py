@@ -86,10 +86,13 @@ def in_unit_precision(cost: OpCost, unit, fp16: bool) -> OpCost:
                    weight_bytes=weights)
 
 
+def _slow_path(costs, assignment: UnitAssignment, hw, on_path) -> list:
+    return [c for c in costs if on_path(c, hw.unit(assignment.units[c.index]), hw)]
+
+
 def int4_cpu_notes(costs, assignment: UnitAssignment, hw) -> tuple[str, ...]:
     """Say so when int4-weight ops land on a CPU's builtin kernels (the slow int4 path)."""
-    slow = [c for c in costs
-            if on_int4_cpu_path(c, hw.unit(assignment.units[c.index]), hw)]
+    slow = _slow_path(costs, assignment, hw, on_int4_cpu_path)
     if not slow:
         return ()
     return (f"{len(slow)} int4-weight op(s) ({', '.join(sorted({c.op for c in slow}))}) run "
@@ -100,8 +103,7 @@ def int4_cpu_notes(costs, assignment: UnitAssignment, hw) -> tuple[str, ...]:
 
 def int16_cpu_notes(costs, assignment: UnitAssignment, hw) -> tuple[str, ...]:
     """Say so when int16-activation ops (16x8) land on a CPU: reference kernels."""
-    slow = [c for c in costs
-            if on_int16_cpu_path(c, hw.unit(assignment.units[c.index]), hw)]
+    slow = _slow_path(costs, assignment, hw, on_int16_cpu_path)
     if not slow:
         return ()
     return (f"{len(slow)} int16-activation op(s) ({', '.join(sorted({c.op for c in slow}))}) "
