@@ -22,7 +22,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS_DIR, edgeopt_command, machine_info, print_table, subprocess_env
+from _common import (
+    RESULTS_DIR,
+    edgeopt_command,
+    machine_info,
+    package_versions,
+    print_table,
+    subprocess_env,
+)
 
 CALIB_SAMPLES = 32
 TARGETS = {"pixel-npu": ["--device", "pixel-npu"],
@@ -151,7 +158,8 @@ def main() -> None:
                   r["seconds"]] for r in results])
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / "torch_models.json"
-    out.write_text(json.dumps({"machine": machine_info(), "results": results}, indent=1))
+    out.write_text(json.dumps({"package_versions": package_versions(), "machine": machine_info(),
+                               "results": results}, indent=1))
     print(f"wrote {out}")
 
 

@@ -192,9 +192,10 @@ def test_wanted_answers_only_missing_kernels_and_static_shapes():
 
 
 def _keras_model(path, early_gelu: bool = False):
-    import tensorflow as tf
+    import keras  # Keras 3 (tf.keras may be tf_keras, which has no "hard_swish", once a
+    # test has set TF_USE_LEGACY_KERAS)
 
-    k = tf.keras
+    k = keras
     inputs = k.Input((16, 16, 3))
     x = inputs
     if early_gelu:  # an op the Edge TPU lacks and no rewrite answers, before the others
