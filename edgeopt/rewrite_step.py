@@ -35,9 +35,7 @@ class Attempt:
     """What `improve` did: the record for the manifest and report."""
 
     record: dict[str, Any]
-    artifact: Any
-    validation: Validation
-    placement: Any
+    artifact: Any  # the one to ship: the rewritten rebuild when kept, else the original
 
 
 def delegation(placement) -> dict[str, Any]:
@@ -61,14 +59,13 @@ def improve(artifact, profile, float_outputs: Callable[[bytes], list],
     if not names:
         return None
     before = delegation(placement)
-    validation = validate(artifact)
     progress(f"rewriting for {profile.delegate}: {', '.join(names)}")
     checked, costs = _checked_rewrites(artifact.float_model, names, float_outputs)
     record: dict[str, Any] = {"tried": names, "kept": False, "before": before, "after": None,
                               "applied": costs}
     if not checked:
         record["reason"] = "no rewrite both fits the graph and keeps its values"
-        return Attempt(record, artifact, validation, placement)
+        return Attempt(record, artifact)
     rewritten, _ = rewrites.apply(artifact.float_model, checked)
     try:
         candidate = artifact.remake(rewritten)
@@ -76,7 +73,8 @@ def improve(artifact, profile, float_outputs: Callable[[bytes], list],
         new_validation = validate(candidate)
     except EdgeoptError as exc:  # the rewritten graph did not quantize or run: keep the old
         record["reason"] = f"the rewritten model did not build: {exc}"
-        return Attempt(record, artifact, validation, placement)
+        return Attempt(record, artifact)
+    validation = validate(artifact)  # the original, on the same held-out samples
     after = delegation(new_placement)
     record["after"] = after
     record["accuracy"] = {"before_worst_sqnr_db": _db(validation.worst_sqnr_db),
@@ -84,10 +82,8 @@ def improve(artifact, profile, float_outputs: Callable[[bytes], list],
     verdict = _float_verdict(artifact, candidate) or \
         _verdict(before, after, validation, new_validation, budget)
     record["reason"] = verdict or "more of the model runs on the delegate"
-    if verdict:
-        return Attempt(record, artifact, validation, placement)
-    record["kept"] = True
-    return Attempt(record, candidate, new_validation, new_placement)
+    record["kept"] = not verdict
+    return Attempt(record, artifact if verdict else candidate)
 
 
 def _checked_rewrites(model: bytes, names: list[str], float_outputs) -> tuple[list[str], list]:
@@ -149,8 +145,8 @@ def _verdict(before: dict, after: dict, old: Validation, new: Validation,
                     f"{budget:g}")
         return ""
     floor = old.worst_sqnr_db - REWRITE_TOLERANCE_DB
-    if budget is not None:
-        floor = min(floor, budget) if old.worst_sqnr_db >= budget else floor
+    if budget is not None and old.worst_sqnr_db >= budget:  # a budget the original met
+        floor = min(floor, budget)  # it may allow a larger drop than the tolerance
     if new.worst_sqnr_db < floor:
         return (f"worst output SQNR {new.worst_sqnr_db:.1f} dB, under "
                 f"{floor:.1f} dB")

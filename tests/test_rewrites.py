@@ -162,11 +162,8 @@ def test_static_shapes_fixes_interior_dynamic_dimensions_and_not_a_dynamic_input
     original = _tflite(lambda x: tf.nn.relu(x) * 2.0 + 1.0, shape)
     model = unpack(original)
     graph = model.subgraphs[0]
-    inner = [i for i in range(len(graph.tensors))
-             if i not in graph.inputs and graph.tensors[i].buffer <= 0 or
-             (i not in graph.inputs and graph.tensors[i].shape is not None
-              and len(graph.tensors[i].shape) == 4)]
-    inner = [i for i in inner if i not in graph.inputs]
+    inner = [i for i, t in enumerate(graph.tensors)  # the activations after the input
+             if i not in graph.inputs and t.shape is not None and len(t.shape) == 4]
     for i in inner:
         graph.tensors[i].shapeSignature = [-1, *list(graph.tensors[i].shape)[1:]]
     dynamic = pack(model)
