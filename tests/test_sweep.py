@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ray_head import local_ray_head
 
 from conftest import assert_user_error
 from edgeopt.bundle import verify_bundle
@@ -147,54 +147,6 @@ def test_a_process_pool_gives_the_serial_figures(run_cli, tmp_path, tiny_keras_p
 
 
 RAY_TEMP = Path("/tmp") / f"edgeopt-ray-{os.getpid()}"  # Ray's socket paths must stay short
-RAY_CLI = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; "
-           "sys.argv[0] = 'ray'; main()"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ray_head() -> tuple[str, subprocess.Popen]:
-    """A real Ray head on loopback with 2 CPUs, run by this interpreter (which has edgeopt)
-    in the foreground (--block), so the test stops exactly the processes it started."""
-    import socket
-
-    port = _free_port()
-    head = subprocess.Popen([*RAY_CLI, "start", "--head", "--block", f"--port={port}",
-                             "--node-ip-address=127.0.0.1", "--num-cpus=2",
-                             "--include-dashboard=false", "--disable-usage-stats",
-                             f"--temp-dir={RAY_TEMP}"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        assert head.poll() is None, "ray start --head ended"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return f"127.0.0.1:{port}", head
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError("the Ray head did not listen within 180 s")
-
-
-def _ray_stop(head: subprocess.Popen) -> None:
-    """Stop the head this test started and every process under it, and nothing else."""
-    import psutil
-
-    started = psutil.Process(head.pid).children(recursive=True)
-    head.terminate()
-    try:
-        head.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        head.kill()
-    for proc in started:
-        if proc.is_running():
-            proc.kill()
-    shutil.rmtree(RAY_TEMP, ignore_errors=True)
 
 
 def _kill_a_running_candidate(killed: list, deadline: float) -> None:
@@ -220,16 +172,13 @@ def test_ray_retries_a_killed_candidate_and_matches_the_local_run(
     pytest.importorskip("ray")
     space = _space(tmp_path, tiny_keras_path, tiny_nhwc_data)
     local = _sweep(run_cli, space, "-o", tmp_path / "local")
-    address, head = _ray_head()
     killed: list[int] = []
-    try:
+    with local_ray_head(RAY_TEMP) as address:
         killer = threading.Thread(target=_kill_a_running_candidate,
                                   args=(killed, time.monotonic() + 600))
         killer.start()
         record = _sweep(run_cli, space, "-o", tmp_path / "ray", "--ray", address)
         killer.join()
-    finally:
-        _ray_stop(head)
     assert killed, "no Ray worker was seen running a candidate"
     assert record["built"] == 2 and len(_point_files(tmp_path / "ray")) == 2
     assert all(p["status"] == "ok" for p in record["points"])
