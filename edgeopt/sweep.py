@@ -22,6 +22,7 @@ from edgeopt.bundle import check_destination, write_bundle
 from edgeopt.bundle_owner import MARKER
 from edgeopt.config import NAME_OR_PATH_FIELDS, PATH_FIELDS
 from edgeopt.errors import ConfigError, OutputError
+from edgeopt.sweep_bench import BenchTarget, bench_points, bench_targets, check_targets
 from edgeopt.sweep_cache import Payload, Store, candidate_key, read_payload
 from edgeopt.sweep_engine import (
     Engine,
@@ -33,7 +34,7 @@ from edgeopt.sweep_engine import (
     Task,
     build_config,
 )
-from edgeopt.sweep_report import pareto_fronts, pick, render_page
+from edgeopt.sweep_report import front_bases, pareto_fronts, pick, render_page
 from edgeopt.sweep_search import search
 from edgeopt.sweep_space import Space, load_space
 
@@ -54,6 +55,8 @@ class SweepConfig:
     tolerance: float | None = None  # quality a pick may give up for speed (see sweep_report)
     search: str = "grid"  # grid: every candidate; optuna: `trials` chosen per device
     trials: int | None = None
+    bench: str | None = None  # 'host': measure the host-cpu candidates on this machine
+    adb: str | None = None  # a phone's serial: measure the other devices' candidates on it
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -62,6 +65,11 @@ class SweepConfig:
             raise ConfigError(f"--search must be one of {', '.join(SEARCHES)}")
         if self.trials is not None and (self.search != "optuna" or self.trials < 1):
             raise ConfigError("--trials N (N >= 1) goes with --search optuna")
+        bench_targets(self.bench, self.adb)  # a bad --bench or --adb fails before any build
+
+    @property
+    def targets(self) -> tuple[BenchTarget, ...]:
+        return bench_targets(self.bench, self.adb)
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,9 @@ class SweepResult:
     points: list[dict]
     fronts: dict[str, list[dict]]
     best: dict[str, dict | None]
+    bases: dict[str, str] = field(default_factory=dict)  # front -> the latency it compares
     built: int = 0
+    benched: int = 0
     cached: int = 0
     failed: int = 0
     excluded: list = field(default_factory=list)
@@ -87,9 +97,10 @@ class SweepResult:
 
     def to_json(self) -> dict:
         return {"output": str(self.output), "built": self.built, "cached": self.cached,
-                "failed": self.failed, "points": self.points,
+                "failed": self.failed, "benched": self.benched, "points": self.points,
                 "excluded": [{"candidate": c, "reason": r} for c, r in self.excluded],
                 "fronts": {d: [p["key"] for p in f] for d, f in self.fronts.items()},
+                "front_latency": self.bases,
                 "best": {d: p["key"] if p else None for d, p in self.best.items()},
                 "best_bundles": self.best_bundles}
 
@@ -183,9 +194,9 @@ def write_best(result: SweepResult, store: Store, folder: Path) -> dict[str, str
 
 def summarize(plan_: Plan, store: Store, tolerance: float | None) -> SweepResult:
     points = [p for p in (store.point(t.key) for t in plan_.tasks()) if p is not None]
-    fronts = pareto_fronts(points)
+    fronts, bases = pareto_fronts(points), front_bases(points)
     best = {device: pick(front, tolerance) for device, front in fronts.items()}
-    return SweepResult(store.folder, points, fronts, best,
+    return SweepResult(store.folder, points, fronts, best, bases,
                        failed=sum(p["status"] != "ok" for p in points),
                        excluded=list(plan_.space.excluded))
 
@@ -223,6 +234,7 @@ def run_sweep(config: SweepConfig, progress: Progress = _quiet) -> SweepResult:
     grid = config.search == "grid"
     todo = _todo(plan_, store, config.retry_failed) if grid else []
     _check_best_folders(config, plan_)
+    check_targets(config.targets)
     # connect before writing anything: an unreachable cluster leaves no folder behind
     engine = make_engine(config) if todo or not grid else None
     store.prepare()
@@ -237,12 +249,15 @@ def run_sweep(config: SweepConfig, progress: Progress = _quiet) -> SweepResult:
     finally:
         if engine is not None:
             engine.close()
+    # after every build: a measurement never shares the machine with this sweep's builds
+    benched = bench_points([t.key for t in plan_.tasks()], store, config.targets, progress,
+                           config.retry_failed)
     result = summarize(plan_, store, config.tolerance)
-    result.built = recorder.finished
+    result.built, result.benched = recorder.finished, benched
     result.cached = total - len(todo) if grid else len(result.points) - recorder.finished
     if config.write_best:
         result.best_bundles = write_best(result, store, Path(config.write_best))
     store.write(RESULTS, json.dumps(result.to_json(), indent=2, default=str) + "\n")
     store.write(PAGE, render_page(f"edgeopt sweep: {plan_.space.path.name}", result.points,
-                                  result.fronts, result.best))
+                                  result.fronts, result.best, result.bases))
     return result

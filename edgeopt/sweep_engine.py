@@ -92,7 +92,9 @@ def figures(manifest: dict) -> dict:
             "basis": estimate.get("basis") or manifest.get("estimate_note"),
             "energy_mj": estimate.get("energy_mj"), "size_bytes": manifest["model"]["size_bytes"],
             "delegated_ops": delegated, "cpu_ops": cpu, "delegated_share": share,
-            "scheme": manifest["recipe"]["scheme"], "samples": validation.get("samples")}
+            "scheme": manifest["recipe"]["scheme"], "samples": validation.get("samples"),
+            "format": manifest["model"]["format"],
+            "execution_provider": placement.get("execution_provider")}
 
 
 def _point(task: Task, status: str, started: float, **extra) -> dict:

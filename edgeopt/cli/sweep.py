@@ -8,7 +8,7 @@ from edgeopt.cli.shared import PATH, emit_json, example, json_option, step_progr
 from edgeopt.quiet import library_output_to_log
 from edgeopt.sweep import SweepConfig, plan, run_sweep
 from edgeopt.sweep_cache import Store
-from edgeopt.sweep_report import table
+from edgeopt.sweep_report import AXIS, table
 
 
 @click.command("sweep", epilog=example(
@@ -36,15 +36,22 @@ from edgeopt.sweep_report import table
               "(needs edgeopt[optuna]).")
 @click.option("--trials", type=click.IntRange(min=1), default=None,
               help="Trials per device with --search optuna (default 20).")
+@click.option("--bench", type=click.Choice(["host"]), default=None, help="Measure each "
+              "host-cpu candidate's artifact on this machine after the builds (the front then "
+              "compares measured latencies).")
+@click.option("--adb", "adb_serial", default=None, metavar="SERIAL", help="Measure the "
+              "candidates of every other device on the phone SERIAL (with the device's "
+              "delegate), after the builds.")
 @click.option("--dry-run", is_flag=True, help="List the candidates (and what is already "
               "built), build nothing.")
 @json_option
 def command(space: str, output: str, workers: int, ray_address: str | None,
             write_best: str | None, tolerance: float | None, retry_failed: bool,
-            search: str, trials: int | None, dry_run: bool, as_json: bool) -> None:
+            search: str, trials: int | None, bench: str | None, adb_serial: str | None,
+            dry_run: bool, as_json: bool) -> None:
     """Build every candidate of a sweep file and show the Pareto front per device."""
     config = SweepConfig(space, output, workers, ray_address, write_best, retry_failed,
-                         tolerance, search, trials)
+                         tolerance, search, trials, bench, adb_serial)
     if dry_run:
         return _dry_run(config, as_json)
     with library_output_to_log(), step_progress(as_json) as progress:
@@ -53,7 +60,10 @@ def command(space: str, output: str, workers: int, ray_address: str | None,
         return emit_json(result.to_json())
     click.echo(table(result.points, result.fronts, result.best))
     click.echo(f"\n{result.built} built now, {result.cached} from {result.output}, "
-               f"{result.failed} failed; * on a device's Pareto front, best: the pick")
+               f"{result.failed} failed, {result.benched} measured now; * on a device's "
+               "Pareto front, best: the pick")
+    for device, basis in result.bases.items():
+        click.echo(f"{device}: the front compares the {AXIS[basis]} latency")
     for device, folder in result.best_bundles.items():
         click.echo(f"{device}: {folder}")
     click.echo(f"report: {result.output / 'report.html'}")
