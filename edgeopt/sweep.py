@@ -33,6 +33,7 @@ from edgeopt.sweep_engine import (
     SerialEngine,
     Task,
     build_config,
+    longest_first,
 )
 from edgeopt.sweep_report import front_bases, pareto_fronts, pick, render_page
 from edgeopt.sweep_search import search
@@ -224,7 +225,7 @@ def _run(config: SweepConfig, plan_: Plan, engine: Engine, todo: list[Job],
                int(plan_.space.shared.get("seed", 0)), recorder.store.point,
                lambda tasks: engine.run([jobs[t.key] for t in tasks], recorder))
     elif todo:
-        engine.run(todo, recorder)
+        engine.run(longest_first(todo), recorder)
 
 
 def run_sweep(config: SweepConfig, progress: Progress = _quiet) -> SweepResult:

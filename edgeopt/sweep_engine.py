@@ -38,6 +38,7 @@ from edgeopt.sweep_cache import Payload
 MAX_ATTEMPTS = 3  # a candidate whose worker dies is run again, at most this many times
 TEXT_FILES = (".json", ".html", ".toml", ".md", ".txt")
 RAY_CONNECT_TIMEOUT_S = 5.0
+CHEAP_SCHEMES = ("float", "fp16", "dynamic")  # no calibration pass
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,17 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Let go of what the engine holds (a cluster connection); run no more jobs."""
+
+
+def longest_first(jobs: list[Job]) -> list[Job]:
+    """The jobs in the order a pool should start them: distillation (training) first, then
+    pruning, then quantization (calibration), float last; the space's order within each.
+    Starting the long ones first keeps the last minutes from running on one worker."""
+    def rank(job: Job) -> tuple[bool, bool, bool]:
+        config = job[0].config
+        return (bool(config.get("distill")), bool(config.get("prune")),
+                config.get("scheme") not in CHEAP_SCHEMES)
+    return sorted(jobs, key=rank, reverse=True)  # sorted() is stable
 
 
 def build_config(fields: dict, **changes) -> BuildConfig:
