@@ -127,6 +127,15 @@ def build_seconds(record: dict) -> float:
     return sum(p["seconds"] for p in record["points"])
 
 
+def step_totals(record: dict) -> dict[str, float]:
+    """Seconds per build step (converting, quantizing, distilling...) over every point."""
+    totals: dict[str, float] = {}
+    for point in record["points"]:
+        for step, seconds in (point.get("step_seconds") or {}).items():
+            totals[step] = round(totals.get(step, 0.0) + seconds, 2)
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
 def _step(name: str, action) -> tuple[object, dict]:
     print(f"[{time.strftime('%H:%M:%S')}] {name}", flush=True)
     with Load() as load:
@@ -251,12 +260,14 @@ def run(no_ray: bool, ray_sweep: bool, other_space: Path | None = None) -> dict:
             "single_builds": {"wall_s": round(serial_wall, 2), "sum_s": round(single, 2),
                               "per_candidate_s": {p["label"]: p["seconds"]
                                                   for p in serial["points"]},
+                              "per_step_s": step_totals(serial),
                               "load": serial_load},
             "pool": {"workers": 2, "wall_s": round(pool_wall, 2),
                      "efficiency": round(single / (2 * pool_wall), 3),
                      "builds_in_pool_s": round(pool_builds, 2),
                      "build_slowdown_in_pool": round(pool_builds / single - 1, 3),
                      "idle_worker_s": round(2 * pool_wall - pool_builds, 2),
+                     "per_step_s": step_totals(pool),
                      "load": pool_load},
             "rerun": {"wall_s": round(rerun_wall, 2), "built": rerun["built"],
                       "share_of_first": round(rerun_wall / pool_wall, 4), "load": rerun_load},

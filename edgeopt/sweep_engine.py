@@ -137,17 +137,39 @@ def _bundle_files(folder: Path, renames: dict[str, str]) -> dict[str, bytes]:
     return files
 
 
+class StepTimes:
+    """The build's progress messages as a clock: seconds per step (named by the message's
+    first word: converting, quantizing, validating...), so a sweep shows where its time
+    goes."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float]] = []
+
+    def __call__(self, message: str) -> None:
+        words = message.split()
+        self.marks.append((words[0] if words else "", time.monotonic()))
+
+    def seconds(self) -> dict[str, float]:
+        ends = [t for _, t in self.marks[1:]] + [time.monotonic()]
+        totals: dict[str, float] = {}
+        for (step, start), end in zip(self.marks, ends):
+            totals[step] = round(totals.get(step, 0.0) + end - start, 3)
+        return totals
+
+
 def _build_in(task: Task, payloads: Sequence[Payload], tmp: Path, started: float) -> Outcome:
     local = {original: str(p.materialize(tmp / f"input{i}"))
              for i, (original, p) in enumerate(zip(task.inputs, payloads))}
     values = {k: local.get(v, v) if isinstance(v, str) else v for k, v in task.config.items()}
     config = build_config(values, output=str(tmp / "bundle"))
+    steps = StepTimes()
     with library_output_to_log():
-        result = build(config)
+        result = build(config, steps)
     files = _bundle_files(result.output, {v: k for k, v in local.items()})
     files["edgeopt.toml"] = build_config(task.config, output=task.bundle_dir).to_toml(
         Path(task.bundle_dir)).encode()
-    point = _point(task, "ok", started, figures=figures(result.manifest))
+    point = _point(task, "ok", started, figures=figures(result.manifest),
+                   step_seconds=steps.seconds())
     return Outcome(task.key, point, files)
 
 
