@@ -15,6 +15,8 @@ from ray_head import local_ray_head
 
 from conftest import assert_user_error
 from edgeopt.bundle import verify_bundle
+from edgeopt.sweep import SweepConfig, plan
+from edgeopt.sweep_engine import longest_first
 
 
 def _space(folder: Path, model: Path, data: Path, schemes=("w8a8", "float"),
@@ -61,6 +63,8 @@ def test_a_sweep_builds_compares_picks_and_an_identical_rerun_builds_nothing(
         assert f["latency_ms"] > 0 and f["basis"] and f["energy_mj"] > 0
         assert f["size_bytes"] == (out / "bundles" / point["key"] / "tiny.tflite").stat().st_size
         assert 0 <= f["delegated_share"] <= 1
+        assert {"converting", "validating"} <= set(point["step_seconds"])
+        assert sum(point["step_seconds"].values()) <= point["seconds"]
     front = record["fronts"]["host-cpu"]
     assert front and record["best"]["host-cpu"] in front
     assert len(_point_files(out)) == 4
@@ -242,3 +246,17 @@ def test_a_pool_worker_killed_mid_candidate_is_retried(run_cli, tmp_path, tiny_k
     assert record["built"] == 2 and len(_point_files(tmp_path / "out")) == 2
     assert all(p["status"] == "ok" for p in record["points"])
     assert killed[0] not in {p["worker"]["pid"] for p in record["points"]}
+
+
+def test_a_pool_starts_the_long_candidates_first(tmp_path):
+    samples = Path(__file__).resolve().parent.parent / "samples"
+    space = tmp_path / "sweep.toml"
+    space.write_text(f'models = ["{samples / "digits_cnn.keras"}"]\ndevices = ["host-cpu"]\n'
+                     'schemes = ["float", "w8a8"]\nprune = [0, 0.5]\ndistill = [false, true]\n'
+                     f'[build]\ncalib = "{samples / "digits_calib.npz"}"\n')
+    jobs = list(plan(SweepConfig(str(space))).jobs)
+    order = [(t.config["distill"], bool(t.config["prune"]), t.config["scheme"])
+             for t, _ in longest_first(jobs)]
+    assert order == [(True, True, "w8a8"), (True, True, "float"), (False, True, "w8a8"),
+                     (False, True, "float"), (False, False, "w8a8"), (False, False, "float")]
+    assert sorted(t.key for t, _ in longest_first(jobs)) == sorted(t.key for t, _ in jobs)
