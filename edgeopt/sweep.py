@@ -7,8 +7,10 @@
 Each candidate is a real `edgeopt build` (edgeopt.pipeline.build) run by an engine
 (edgeopt.sweep_engine); its point and bundle are stored under its content key
 (edgeopt.sweep_cache) as soon as it ends, so an interrupted sweep resumes where it stopped
-and an identical run builds nothing. The results folder also gets `sweep.json` (every point,
-the fronts, the picks) and `report.html` (edgeopt.sweep_report).
+and an identical run builds nothing. With `bench="host"` or `adb=SERIAL` each built
+candidate is then measured (edgeopt.sweep_bench), one at a time once the builds are over.
+The results folder also gets `sweep.json` (every point, the fronts, which latency each
+front compares, the picks) and `report.html` (edgeopt.sweep_report).
 """
 
 from __future__ import annotations
