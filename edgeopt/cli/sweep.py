@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from edgeopt.cli.shared import PATH, emit_json, example, json_option, step_progress
+from edgeopt.cli.shared import (
+    PATH,
+    Trusted,
+    emit_json,
+    example,
+    json_option,
+    step_progress,
+)
 from edgeopt.quiet import library_output_to_log
 from edgeopt.sweep import SweepConfig, plan, run_sweep
 from edgeopt.sweep_cache import Store
@@ -39,9 +46,9 @@ from edgeopt.sweep_report import AXIS, table
 @click.option("--bench", type=click.Choice(["host"]), default=None, help="Measure each "
               "host-cpu candidate's artifact on this machine after the builds (the front then "
               "compares measured latencies).")
-@click.option("--adb", "adb_serial", default=None, metavar="SERIAL", help="Measure the "
-              "candidates of every other device on the phone SERIAL (with the device's "
-              "delegate), after the builds.")
+@click.option("--adb", "adb_serial", cls=Trusted, default=None, metavar="SERIAL",
+              help="Measure the candidates of every other device on the phone SERIAL (with "
+              "the device's delegate), after the builds.")
 @click.option("--dry-run", is_flag=True, help="List the candidates (and what is already "
               "built), build nothing.")
 @json_option
