@@ -21,7 +21,8 @@ from edgeopt.sweep_report import AXIS, table
 @click.command("sweep", epilog=example(
     "edgeopt sweep sweep.toml -o sweep-out --workers 2",
     "edgeopt sweep sweep.toml --dry-run",
-    "edgeopt sweep sweep.toml --ray auto --write-best dist/"))
+    "edgeopt sweep sweep.toml --ray auto --write-best dist/",
+    "edgeopt sweep sweep.toml --bench host --adb R5CT80ABCDE"))
 @click.argument("space", type=PATH)
 @click.option("-o", "--output", type=PATH, default="sweep", show_default=True,
               help="Results folder: one point and bundle per candidate, sweep.json, "
