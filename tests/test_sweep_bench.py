@@ -119,17 +119,28 @@ def test_adb_measures_the_phone_candidates_and_host_the_host_ones(
     space = tmp_path / "sweep.toml"
     space.write_text(f'models = ["{tiny_keras_path}"]\ndevices = ["host-cpu", "pixel-cpu"]\n'
                      f'schemes = ["w8a8"]\n[build]\ncalib = "{tiny_nhwc_data}"\n')
-    record = _sweep(run_cli, space, "-o", tmp_path / "out", "--bench", "host",
-                    "--adb", phone.serial)
+    out, target = tmp_path / "out", f"adb:{phone.serial}"
+    mode = phone.sandbox.root / "data/local/tmp/.benchmark_mode"
+    mode.write_text("fail")  # benchmark_model fails on the phone: the build stays
+    record = _sweep(run_cli, space, "-o", out, "--bench", "host", "--adb", phone.serial)
     by_device = {p["config"]["device"]: p for p in record["points"]}
     assert record["benched"] == 2 and set(by_device) == {"host-cpu", "pixel-cpu"}
-    on_phone = by_device["pixel-cpu"]
-    assert list(on_phone["bench"]) == [f"adb:{phone.serial}"]
-    measured = on_phone["bench"][f"adb:{phone.serial}"]
+    failed = by_device["pixel-cpu"]
+    assert failed["status"] == "ok" and failed["bench"][target]["error"]
+    assert "measured" not in failed and list(by_device["host-cpu"]["bench"]) == ["host"]
+    assert record["front_latency"] == {"host-cpu": "measured", "pixel-cpu": "estimate"}
+
+    before = _points(out)
+    again = _sweep(run_cli, space, "-o", out, "--bench", "host", "--adb", phone.serial)
+    assert again["benched"] == 0 and _points(out) == before  # a failed bench waits for:
+    mode.write_text("normal")
+    retried = _sweep(run_cli, space, "-o", out, "--adb", phone.serial, "--retry-failed")
+    assert (retried["built"], retried["benched"]) == (0, 1)
+    on_phone = next(p for p in retried["points"] if p["config"]["device"] == "pixel-cpu")
+    measured = on_phone["bench"][target]
     assert measured["error"] is None and measured["tool"] == "benchmark_model"
     assert measured["record"]["device"]["serial"] == phone.serial
     assert measured["statistic"] == "mean"  # benchmark_model reports no median
     assert on_phone["measured"]["latency_ms"] > 0 and measured["energy_mj"] is not None
-    assert list(by_device["host-cpu"]["bench"]) == ["host"]
-    assert record["front_latency"] == {"host-cpu": "measured", "pixel-cpu": "measured"}
+    assert retried["front_latency"] == {"host-cpu": "measured", "pixel-cpu": "measured"}
     assert phone.alive_processes() == []
