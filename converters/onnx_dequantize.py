@@ -204,10 +204,10 @@ def _lstm(g: _Graph, node) -> str:
     inputs = list(node.input) + [""] * (12 - len(node.input))
     name = node.name or node.output[0]
     floats = []
-    for at, what in ((1, "W"), (2, "R")):
+    for at, what, scale_at in ((1, "W", 8), (2, "R", 10)):
         q = g.const(inputs[at], f"LSTM {what}")
-        scale = g.const(inputs[at + 7], f"LSTM {what} scale")
-        zero = g.const(inputs[at + 8], f"LSTM {what} zero point")
+        scale = g.const(inputs[scale_at], f"LSTM {what} scale")
+        zero = g.const(inputs[scale_at + 1], f"LSTM {what} zero point")
         shape = (q.shape[0], 1, -1)
         deq = (q.astype(np.float64) - np.reshape(zero, shape)) * np.reshape(scale, shape)
         floats.append(g.add_const(f"{name}_dequantized_{what}",
