@@ -47,7 +47,8 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
                            conv.input_perms, conv.output_perms, handle.outputs)
     parity = check_parity(reference, run_dataset(runner, data.arrays), conv.converter)
     write_file_atomic(output, tflite)
-    return {"model": str(handle.path), "output": str(output), "converter": conv.converter,
+    shown = model if handle.adaptation else str(handle.path)  # the user's file, not ours
+    return {"model": shown, "output": str(output), "converter": conv.converter,
             "size_bytes": len(tflite), "parity": parity.to_json(),
             "parity_data": data.source, "warnings": list(data.warnings),
             "input_shapes": {s.name: list(s.shape) for s in handle.inputs},

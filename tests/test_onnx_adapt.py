@@ -72,12 +72,14 @@ def float_model(path, hidden: int = 8):
              const("MB", (16,), 0.1), const("LW", (1, 4 * hidden, 4), 0.3),
              const("LR", (1, 4 * hidden, hidden), 0.3), const("LB", (1, 8 * hidden), 0.1),
              nh.from_array(np.array([1, -1], np.int64), "flat"),
-             nh.from_array(np.array([4, 1, 4], np.int64), "seq")]
+             nh.from_array(np.array([4, 1, 4], np.int64), "seq"),
+             nh.from_array(np.zeros((1, 1, hidden), np.float32), "h0")]
     nodes = [h.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
              h.make_node("Relu", ["c"], ["r"]), h.make_node("Reshape", ["r", "flat"], ["f"]),
              h.make_node("MatMul", ["f", "M"], ["m"]), h.make_node("Add", ["m", "MB"], ["y"]),
              h.make_node("Reshape", ["y", "seq"], ["s"]),
-             h.make_node("LSTM", ["s", "LW", "LR", "LB"], ["ly"], hidden_size=hidden)]
+             h.make_node("LSTM", ["s", "LW", "LR", "LB", "", "h0", "h0"], ["ly"],
+                         hidden_size=hidden)]
     graph = h.make_graph(nodes, "float", [h.make_tensor_value_info("x", T.FLOAT, [1, 1, 6, 6])],
                          [h.make_tensor_value_info("y", T.FLOAT, [1, 16]),
                           h.make_tensor_value_info("ly", T.FLOAT, [4, 1, 1, hidden])], inits)
