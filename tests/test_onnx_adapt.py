@@ -9,8 +9,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import assert_user_error
 
+from conftest import assert_user_error
 from edgeopt.converters.onnx_adapt import adapt_onnx
 from edgeopt.converters.onnx_dequantize import dequantize, is_dynamically_quantized
 from edgeopt.converters.onnx_pin import held_inputs, value_decided_ifs
