@@ -56,7 +56,7 @@ def adapt_onnx(handle: ModelHandle, values: dict[str, np.ndarray],
                      f"quantized at run time): {_counts(replaced)} rewritten to float ops "
                      "with the weights dequantized exactly; edgeopt quantizes that float "
                      "model")
-    content = _folded(model)
+    content = _folded(model) if values else _checked(model)
     try:
         parity = _check(handle, values, content, arrays, dynamic)
         notes.append(_parity_note(parity, dynamic))
@@ -86,19 +86,33 @@ def _counts(replaced: dict[str, int]) -> str:
 
 
 def _folded(model) -> bytes:
-    """The graph with its constants folded (a pinned input decides its `If` nodes)."""
+    """The graph with its constants folded (a pinned input decides its `If` nodes); the
+    dequantized graph needs no folding (its later stages fold shapes as for any model)."""
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
     import onnx
     import onnxslim
 
+    declared = {o.name: onnx.TypeProto.FromString(o.type.SerializeToString())
+                for o in model.graph.output}
+    for output in model.graph.output:  # onnxslim trusts declared output shapes: ddddocr's
+        output.type.tensor_type.ClearField("shape")  # [1, seqlen] made it reshape [T, 1, C]
     log = io.StringIO()
     try:
         with redirect_stdout(log), redirect_stderr(log):
             model = onnxslim.slim(model)
     except Exception:  # onnxslim raises anything from its passes: the unfolded graph is kept
         pass
+    for output in model.graph.output:  # the outputs keep the shapes the source declares:
+        if output.name in declared:  # runners read the sample axis from them
+            output.type.CopyFrom(declared[output.name])
+    return _checked(model)
+
+
+def _checked(model) -> bytes:
+    import onnx
+
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
