@@ -31,7 +31,16 @@ from pathlib import Path
 
 import numpy as np
 from _common import RESULTS_DIR, edgeopt_command, git_state, machine_info, package_versions
-from zoo import BY_NAME, ZOO, Entry, _input_shapes, _timed, failure_class, write_calib
+from zoo import (
+    BY_NAME,
+    ZOO,
+    Entry,
+    _input_shapes,
+    _timed,
+    failure_class,
+    input_value_flags,
+    write_calib,
+)
 
 RESULT = RESULTS_DIR / "real_models.json"
 CALIB_SAMPLES = 16
@@ -41,8 +50,9 @@ STEPS = ("inspect", "pixel", "onnx", "coral", "ethos", "w4a8", "prune")
 
 
 def _commands(e: Entry, calib: Path, flags: list[str], out: Path) -> dict[str, list[str]]:
-    """The edgeopt command line of each step."""
+    """The edgeopt command line of each step (compress takes no --input-value)."""
     model, data = str(e.path()), ["--calib", str(calib)]
+    shapes, flags = flags, flags + input_value_flags(e)
     task = ["--task", TASKS[e.task]] if e.task in TASKS else []
 
     def build(name: str, *device: str) -> list[str]:
@@ -57,7 +67,7 @@ def _commands(e: Entry, calib: Path, flags: list[str], out: Path) -> dict[str, l
         "ethos": build("ethos", "--device", "ethos-u55-256"),
         "w4a8": ["quantize", model, "--scheme", "w4a8", *data, *flags,
                  "-o", str(out / "w4a8.tflite"), "--json"],
-        "prune": ["compress", model, "--prune", "0.3", "--data", str(calib), *flags,
+        "prune": ["compress", model, "--prune", "0.3", "--data", str(calib), *shapes,
                   "-o", str(pruned), "--json"],  # compress reads samples with --data
     }
 
@@ -268,6 +278,8 @@ def run(entries: list[Entry], steps: list[str], workdir: Path, limit: int, redo:
         row = models.setdefault(e.name, {})
         row.update({"package": f"{e.package}=={e.version}", "format": e.fmt, "task": e.task,
                     "file": e.relpath, "input_shape_flags": flags})
+        if e.pinned:
+            row["input_value_flags"] = input_value_flags(e)
         commands = _commands(e, calib, flags, out)
         for step in steps:
             if step in row and not redo:

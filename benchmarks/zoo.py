@@ -63,6 +63,8 @@ class Entry:
     notes: str = ""
     source: str = "site"  # site | side (mediapipe 0.10) | built (rebuilt .keras)
     build: Callable[[Entry], Path] | None = field(default=None, compare=False)
+    # inputs the app always feeds one value, pinned for the build (--input-value NAME=VALUE)
+    pinned: tuple[str, ...] = ()
 
     def path(self) -> Path:
         if self.source == "side":
@@ -621,10 +623,13 @@ def _zoo() -> tuple[Entry, ...]:
           (("x", (-1, 3, 48, -1), F32),), rapidocr_rec_inputs, "SVTR-LCNet CTC, 6625 chars"),
         E("ppocr_cls", *rapid, "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", "onnx",
           "classify", (("x", (-1, 3, -1, -1), F32),), rapidocr_cls_inputs, "0/180 degrees"),
+        # utils_vad.py OnnxWrapper feeds sr as np.array(16000, 'int64') at the package's
+        # default sampling_rate (get_speech_timestamps, VADIterator): pinned to it
         E("silero_vad", *silero, "data/silero_vad.onnx", "onnx", "vad", stream,
-          silero_inputs, "LSTM with If on sr (8k/16k branches)"),
+          silero_inputs, "LSTM with If on sr (8k/16k branches)", pinned=("sr=16000",)),
         E("silero_vad_ifless", *silero, "data/silero_vad_op18_ifless.onnx", "onnx", "vad",
-          stream, silero_inputs, "16 kHz only, no control flow, opset 18"),
+          stream, silero_inputs, "16 kHz only, opset 18; one If on sr",
+          pinned=("sr=16000",)),
         E("silero_vad_16k_op15", *silero, "data/silero_vad_16k_op15.onnx", "onnx", "vad",
           stream, silero_inputs, "16 kHz, opset 15"),
         E("silero_vad_half", *silero, "data/silero_vad_half.onnx", "onnx", "vad", stream[:2],
@@ -883,6 +888,11 @@ def _input_shapes(e: Entry, calib: Path) -> list[str]:
     return flags
 
 
+def input_value_flags(e: Entry) -> list[str]:
+    """--input-value flags pinning the inputs the app always feeds one value."""
+    return [flag for value in e.pinned for flag in ("--input-value", value)]
+
+
 def _one_sample(model: tuple, data: tuple, count: int) -> tuple | None:
     """The data's shape for one sample (its batch axis 0 set to 1); None for an input that
     counts samples on another axis (a recurrent state [layers, N, units]): edgeopt takes
@@ -911,8 +921,10 @@ def baseline(entries: list[Entry], workdir: Path, limit: int, result: Path,
         model = str(e.path())
         flags = _input_shapes(e, calib) if calib.exists() else []
         row = {"package": f"{e.package}=={e.version}", "format": e.fmt, "task": e.task,
-               "file": e.relpath, "input_shape_flags": flags}
-        row["inspect"] = _timed([*edgeopt, "inspect", model], limit)
+               "file": e.relpath, "input_shape_flags": flags,
+               **({"input_value_flags": input_value_flags(e)} if e.pinned else {})}
+        flags = flags + input_value_flags(e)
+        row["inspect"] = _timed([*edgeopt, "inspect", model, *input_value_flags(e)], limit)
         out = workdir / "out" / e.name
         shutil.rmtree(out, ignore_errors=True)
         out.parent.mkdir(parents=True, exist_ok=True)

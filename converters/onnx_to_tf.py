@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt.converters.onnx_pin import value_decided_ifs, value_if_message
 from edgeopt.converters.onnx_tidy import tidy
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import ModelHandle, batch_axis
@@ -134,6 +135,9 @@ def check_convertible(path: Path) -> None:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
+    found = value_decided_ifs(model)  # onnx2tf fails inside the branches, with no reason
+    if found:
+        raise ConversionError(value_if_message(found))
     for node in graph_nodes(model.graph):
         if not onnx2tf_supports(node.op_type):
             raise ConversionError(

@@ -62,6 +62,7 @@ class BuildConfig:
     std: tuple[float, ...] | None = None
     labels: str | None = None  # class names, one per line: the .tflite metadata's label file
     input_shapes: tuple[str, ...] = ()  # "name:1,3,224,224" fixes dynamic dimensions
+    input_values: tuple[str, ...] = ()  # "sr=16000" pins an .onnx input to one value
     method: str = "auto"  # activation ranges: auto|minmax|percentile|mse|entropy|converter
     recipe: str | None = None
     accuracy_budget: float | None = None

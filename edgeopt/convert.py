@@ -7,6 +7,8 @@ from pathlib import Path
 
 from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.converters.onnx_adapt import adapt_onnx, adaptation_notes
+from edgeopt.converters.onnx_pin import held_inputs
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import DataSpec, load_data, shapes_from_data
 from edgeopt.errors import ConversionError
@@ -19,17 +21,20 @@ PARITY_SAMPLES = 16
 
 def convert_to_file(model: str, output: Path, samples: str = "random",
                     progress=lambda _msg: None, labels: str | None = None,
-                    input_shapes: tuple[str, ...] = ()) -> dict:
+                    input_shapes: tuple[str, ...] = (),
+                    input_values: tuple[str, ...] = ()) -> dict:
     """Convert `model` to a float `.tflite` at `output`; returns the conversion record.
     `input_shapes` (--input-shape) fix dynamic dimensions; else the data's shape does."""
     check_output_path(output)
-    handle = with_input_shapes(load_model(model), input_shapes)
+    handle, values = held_inputs(with_input_shapes(load_model(model), input_shapes),
+                                 input_values)
     if handle.format == "tflite":
         raise ConversionError(f"{model} already is a .tflite model")
     check_labels_file(labels, handle)
     data = load_data(DataSpec(samples, calib_role="sample"), handle.inputs, hold_out=False)[0]
     handle, data, fixed = shapes_from_data(handle, data)
-    for note in fixed:
+    handle = adapt_onnx(handle, values, data.arrays)
+    for note in fixed + adaptation_notes(handle):
         progress(note)
     data = data.take(slice(0, PARITY_SAMPLES))
     progress(f"running the {handle.format} model on {data.count} samples")
@@ -42,7 +47,9 @@ def convert_to_file(model: str, output: Path, samples: str = "random",
                            conv.input_perms, conv.output_perms, handle.outputs)
     parity = check_parity(reference, run_dataset(runner, data.arrays), conv.converter)
     write_file_atomic(output, tflite)
-    return {"model": str(handle.path), "output": str(output), "converter": conv.converter,
+    shown = model if handle.adaptation else str(handle.path)  # the user's file, not ours
+    return {"model": shown, "output": str(output), "converter": conv.converter,
             "size_bytes": len(tflite), "parity": parity.to_json(),
             "parity_data": data.source, "warnings": list(data.warnings),
-            "input_shapes": {s.name: list(s.shape) for s in handle.inputs}}
+            "input_shapes": {s.name: list(s.shape) for s in handle.inputs},
+            **({"onnx_rewrite": handle.adaptation} if handle.adaptation else {})}

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 
 from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.converters.onnx_adapt import adapt_onnx
+from edgeopt.converters.onnx_pin import held_inputs
 from edgeopt.delegates import place_for_device
 from edgeopt.devices.profile import all_profiles, load_profile
 from edgeopt.graph import Graph
@@ -60,17 +62,23 @@ def graph_of(handle: ModelHandle) -> tuple[Graph, str]:
 
 
 def inspect_model(path: str, device: str | None = None,
-                  input_shapes: tuple[str, ...] = ()) -> dict:
-    """The inspection record; `input_shapes` (--input-shape) fix dynamic dimensions."""
-    handle = with_input_shapes(load_model(path), input_shapes)
+                  input_shapes: tuple[str, ...] = (),
+                  input_values: tuple[str, ...] = ()) -> dict:
+    """The inspection record; `input_shapes` (--input-shape) fix dynamic dimensions,
+    `input_values` (--input-value) pin inputs."""
+    handle, values = held_inputs(with_input_shapes(load_model(path), input_shapes),
+                                 input_values)
+    if values or device:  # the model a build would convert: pinned, dequantized
+        handle = adapt_onnx(handle, values, None)
     graph, read_from = graph_of(handle)
     placement = placement_record(handle, device) if device else {}
     # A .pt2 is read as its ONNX export: name the user's file, and say so.
-    shown = handle.torch.pt2 if handle.torch is not None else handle.path
+    shown = handle.torch.pt2 if handle.torch is not None else Path(path)
     read_from = f"{read_from} exported from PyTorch" if handle.torch is not None else read_from
     return {
         "model": str(shown), "format": "pt2" if handle.torch else handle.format,
-        "size_bytes": shown.stat().st_size if handle.torch else handle.size_bytes,
+        "size_bytes": shown.stat().st_size if handle.torch or handle.adaptation
+        else handle.size_bytes,
         "inputs": [s.to_json() for s in handle.inputs],
         "outputs": [s.to_json() for s in handle.outputs],
         "graph_read_from": read_from,
@@ -78,6 +86,7 @@ def inspect_model(path: str, device: str | None = None,
         "op_histogram": graph.op_histogram(),
         "parameters": graph.param_count(), "parameter_bytes": graph.param_bytes(),
         "macs": graph.total_macs(),
+        **({"onnx_rewrite": handle.adaptation} if handle.adaptation else {}),
         **placement,
     }
 
@@ -103,6 +112,8 @@ def render_inspection(record: dict) -> str:
                  f"{record['subgraphs']} subgraph(s), read from {record['graph_read_from']}")
     width = max((len(op) for op in record["op_histogram"]), default=0)
     lines += [f"    {op.ljust(width)}  {count}" for op, count in record["op_histogram"].items()]
+    lines += [f"  rewritten first: {note}" for note in record.get("onnx_rewrite", {}).get(
+        "notes", [])]
     if "devices" in record:
         lines.append("  placement per device:")
         lines += [f"    {line['summary']}" for line in record["devices"]]

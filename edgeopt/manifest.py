@@ -546,6 +546,34 @@ class Qat:
 
 
 @dataclass(frozen=True)
+class RewriteParity:
+    """The rewritten .onnx against the user's file in onnxruntime, on the same samples."""
+
+    samples: int = field(metadata=NON_NEGATIVE)
+    max_abs: float | None
+    cosine: float | None
+    warning: bool
+    data: str = field(metadata={"description": "the calibration samples, or seeded random "
+                                "inputs"})
+
+
+@dataclass(frozen=True)
+class OnnxRewrite:
+    """The .onnx rewritten before the build: inputs pinned (--input-value), dynamic
+    quantization undone (int8 weights dequantized into the float model edgeopt quantizes)."""
+
+    original_file: str
+    original_bytes: int = field(metadata=NON_NEGATIVE)
+    notes: list[str]
+    parity: RewriteParity | None
+    pinned_inputs: dict[str, Any] | None = _opt(description=(
+        "input name -> the value it is pinned to: the artifact has no such input and the "
+        "app must not feed it"))
+    dequantized_ops: dict[str, int] | None = _opt(
+        description="dynamic-quantization op -> how many were rewritten to float ops")
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What app code reads from an edgeopt bundle's manifest.json. Fields may be added in
     later versions of schema 1; none listed here is removed or changes meaning."""
@@ -581,6 +609,8 @@ class Manifest:
     rewrites: Rewrites | None = _opt(description="graph rewrites for the delegate (edgeopt "
                                      "build --rewrite, the default)")
     qat: Qat | None = None
+    onnx_rewrite: OnnxRewrite | None = _opt(description="the .onnx was rewritten before the "
+                                            "build (edgeopt.converters.onnx_adapt)")
 
 
 # `for` is a Python keyword: the JSON key is `for`, the field `for_`.

@@ -75,6 +75,9 @@ class ModelHandle:
     preparation: tuple[str, ...] = ()
     # A .pt2 input: the program and its ONNX export's parity (the handle is the ONNX).
     torch: TorchOrigin | None = None
+    # An .onnx rewritten before the build (inputs pinned, dynamic quantization undone:
+    # edgeopt.converters.onnx_adapt): what was done; `path` is then the rewritten file.
+    adaptation: dict | None = None
 
     @property
     def size_bytes(self) -> int:

@@ -29,7 +29,9 @@ from edgeopt.comparison import compare_devices, compared_profiles
 from edgeopt.compress import CompressSettings, compress_model, write_model
 from edgeopt.config import BuildConfig, primary_device
 from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.converters.onnx_adapt import adapt_onnx, adaptation_notes
 from edgeopt.converters.onnx_fold import fold_control_flow
+from edgeopt.converters.onnx_pin import held_inputs
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
@@ -405,6 +407,9 @@ def _source_record(handle: ModelHandle) -> dict:
     if handle.torch is not None:
         path = handle.torch.pt2
         return {"file": path.name, "format": "pt2", "size_bytes": path.stat().st_size}
+    if handle.adaptation is not None:  # the user's .onnx, not the rewritten one
+        return {"file": handle.path.name, "format": "onnx",
+                "size_bytes": handle.adaptation["original_bytes"]}
     return {"file": handle.path.name, "format": handle.format, "size_bytes": handle.size_bytes}
 
 
@@ -620,13 +625,15 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     compared = compared_profiles(config.device, config.format)
     output = Path(config.output)
     check_destination(output)
-    handle = with_input_shapes(load_model(config.model), config.input_shapes)
+    handle, pinned = held_inputs(with_input_shapes(load_model(config.model),
+                                                   config.input_shapes), config.input_values)
     config.task_spec().check_outputs([o.name for o in handle.outputs])
     check_path_length(output / f"{handle.stem}.{config.format}")  # the bundle's model file
     config = replace(config, scheme=resolve_scheme(config, profile))
     calib, evaluation = _build_data(config, handle)
     handle, calib, fixed = shapes_from_data(handle, calib)
-    for note in fixed:
+    handle = adapt_onnx(handle, pinned, calib.arrays)  # --input-value, dynamic quantization
+    for note in fixed + adaptation_notes(handle):
         progress(note)
     check_request(qat_settings(config), handle, calib, config.scheme)
     if config.qat and config.method == "converter":
@@ -684,6 +691,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     _float_ops_record(manifest, islands, config.scheme, profile)
     if rewrite is not None:
         manifest["rewrites"] = rewrite.record
+    if handle.adaptation is not None:
+        manifest["onnx_rewrite"] = handle.adaptation
+        manifest["notes"][:0] = adaptation_notes(handle)
     scheme_note = int4_cpu_note(config.scheme, profile.kind)
     if scheme_note:
         manifest["notes"].insert(0, scheme_note)

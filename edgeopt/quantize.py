@@ -31,6 +31,8 @@ from edgeopt.calibration.recipes import load_recipe
 from edgeopt.calibration.report import render_layer_chart
 from edgeopt.choices import RangeMethod, values
 from edgeopt.converters.float_tflite import to_float_tflite
+from edgeopt.converters.onnx_adapt import adapt_onnx, adaptation_notes
+from edgeopt.converters.onnx_pin import held_inputs
 from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
 from edgeopt.float_islands import FULL_INTEGER_SCHEMES, require_full_integer
@@ -108,6 +110,7 @@ class QuantizeRequest:
     report: str | None = None               # also write an HTML page with the layer chart
     labels: str | None = None               # class names packed into a .tflite's metadata
     input_shapes: tuple[str, ...] = ()      # --input-shape NAME:DIMS fixes dynamic dims
+    input_values: tuple[str, ...] = ()      # --input-value NAME=VALUE pins an .onnx input
     require_full_integer: bool = False      # fail when a w8a8/w4a8 model keeps a float op
     task: str | None = None                 # what the outputs are (edgeopt.task_spec)
     task_output: str | None = None
@@ -181,13 +184,15 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
         raise ConfigError(f"--require-full-integer needs scheme w8a8 or w4a8, got "
                           f"'{config.scheme}'")
     task = request.task_spec()
-    handle = with_input_shapes(load_model(request.model), request.input_shapes)
+    handle, values = held_inputs(with_input_shapes(load_model(request.model),
+                                                   request.input_shapes), request.input_values)
     task.check_outputs([o.name for o in handle.outputs])
     if output.suffix != ".onnx":
         check_labels_file(request.labels, handle)
     calib, evaluation = _data(handle, request)
     handle, calib, fixed = shapes_from_data(handle, calib)
-    for note in fixed:
+    handle = adapt_onnx(handle, values, calib.arrays)
+    for note in fixed + adaptation_notes(handle):
         (progress or (lambda _msg: None))(note)
     qat_settings = QatSettings(request.qat, request.qat_epochs)
     check_request(qat_settings, handle, calib, str(config.scheme))
@@ -223,6 +228,8 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
               "size_bytes": handle.size_bytes}
     if handle.preparation:  # what was rewritten before quantizing (edgeopt.tflite_prepare)
         source["prepared"] = list(handle.preparation)
+    if handle.adaptation is not None:  # the .onnx rewritten first (converters.onnx_adapt)
+        source = {**source, "file": request.model, "onnx_rewrite": handle.adaptation}
     record = {"output": str(output), "source": source, **result.to_json()}
     if qat is not None:
         record["qat"] = qat

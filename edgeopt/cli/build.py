@@ -20,6 +20,7 @@ from edgeopt.cli.shared import (
     emit_json,
     example,
     input_shape_option,
+    input_value_option,
     json_option,
     step_progress,
 )
@@ -71,6 +72,7 @@ def _default(name: str):
               "into the .tflite as its TFLite-metadata label file (default: the image "
               "folder's classes).")
 @input_shape_option
+@input_value_option
 @task_options
 @click.option("--require-full-delegation", is_flag=True,
               help="Fail when any op would fall back to the CPU.")
@@ -132,7 +134,8 @@ def build_config(values: dict) -> BuildConfig:
     if values["model"] is None:
         raise ConfigError("no model given (pass MODEL, or 'model' in edgeopt.toml or a "
                           "--config file)")
-    return BuildConfig(**{**values, "input_shapes": tuple(values["input_shapes"])})
+    return BuildConfig(**{**values, "input_shapes": tuple(values["input_shapes"]),
+                          "input_values": tuple(values["input_values"])})
 
 
 def _print_dry_run(ctx: click.Context, config: BuildConfig, as_json: bool) -> None:

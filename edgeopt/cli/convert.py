@@ -11,6 +11,7 @@ from edgeopt.cli.shared import (
     emit_json,
     example,
     input_shape_option,
+    input_value_option,
     json_option,
     step_progress,
 )
@@ -30,13 +31,16 @@ from edgeopt.summary import size_text
 @click.option("--labels", type=PATH, default=None, help="Class names, one per line, packed "
               "into the .tflite as its TFLite-metadata label file.")
 @input_shape_option
+@input_value_option
 @json_option
 def command(model: str, output: str, calib: str, labels: str | None,
-            input_shapes: tuple[str, ...], as_json: bool) -> None:
+            input_shapes: tuple[str, ...], input_values: tuple[str, ...],
+            as_json: bool) -> None:
     """Convert MODEL to a float .tflite and check it against the source."""
     with library_output_to_log(), step_progress(as_json) as progress:
         record = convert_to_file(model, Path(output), calib, progress, labels=labels,
-                                 input_shapes=tuple(input_shapes))
+                                 input_shapes=tuple(input_shapes),
+                                 input_values=tuple(input_values))
     if as_json:
         return emit_json(record)
     p = record["parity"]

@@ -10,6 +10,7 @@ from edgeopt.cli.shared import (
     emit_json,
     example,
     input_shape_option,
+    input_value_option,
     json_option,
 )
 from edgeopt.inspect import inspect_model, render_inspection
@@ -21,12 +22,13 @@ from edgeopt.quiet import library_output_to_log
 @device_option("Also show which ops run where on this device, and why the others fall back; "
                "'all' gives one line per device.")
 @input_shape_option
+@input_value_option
 @json_option
 def command(model: str, device: str | None, input_shapes: tuple[str, ...],
-            as_json: bool) -> None:
+            input_values: tuple[str, ...], as_json: bool) -> None:
     """Format, inputs and outputs, op histogram, parameters, MACs and size of MODEL."""
     with library_output_to_log():
-        record = inspect_model(model, device, tuple(input_shapes))
+        record = inspect_model(model, device, tuple(input_shapes), tuple(input_values))
     if as_json:
         return emit_json(record)
     click.echo(render_inspection(record))

@@ -14,6 +14,7 @@ from edgeopt.cli.shared import (
     emit_json,
     example,
     input_shape_option,
+    input_value_option,
     json_option,
     normalisation_options,
     step_progress,
@@ -68,14 +69,17 @@ from edgeopt.quiet import library_output_to_log
 @click.option("--dry-run", is_flag=True, help="Print the resolved config, with where each "
               "flag's value came from, and exit.")
 @input_shape_option
+@input_value_option
 @json_option
 @click.pass_context
 def command(ctx: click.Context, dry_run: bool, as_json: bool, no_bias_correction: bool,
-            block_size: str | None, input_shapes: tuple[str, ...], **options) -> None:
+            block_size: str | None, input_shapes: tuple[str, ...],
+            input_values: tuple[str, ...], **options) -> None:
     """Quantize MODEL with edgeopt's calibration core and check it in the real runtime."""
     request = QuantizeRequest(**options, bias_correction=not no_bias_correction,
                               block_size=int(block_size) if block_size else None,
-                              input_shapes=tuple(input_shapes))
+                              input_shapes=tuple(input_shapes),
+                              input_values=tuple(input_values))
     if dry_run:
         return emit_json({**build_config(request).to_json(), "sources": sources(ctx)})
     with library_output_to_log(), step_progress(as_json) as progress:

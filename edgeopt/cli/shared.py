@@ -225,6 +225,12 @@ def input_shape_option(f: Callable) -> Callable:
                         "for more inputs).")(f)
 
 
+def input_value_option(f: Callable) -> Callable:
+    return click.option("--input-value", "input_values", multiple=True, metavar="NAME=VALUE",
+                        help="Pin an .onnx input to one value for the build, e.g. sr=16000: "
+                        "the artifact has no such input (repeat for more inputs).")(f)
+
+
 def normalisation_options(f: Callable) -> Callable:
     f = click.option("--std", type=FLOATS, default=None,
                      help="Image normalisation std on 0..255 pixels (default 255: a 0..1 "
