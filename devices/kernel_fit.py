@@ -11,7 +11,8 @@ with two guards against the few rows a profile has:
 * tying: with ``ROWS_PER_VALUE`` rows per value, the GEMM efficiency is one per dtype and
   the depthwise one is shared by the dtypes (its ratio to peak kept); with fewer, every
   compute efficiency of a dtype is one value (the prior's depthwise/GEMM ratio kept) and
-  the element-wise overhead is not fitted;
+  the element-wise overhead is not fitted; with fewer still, one scale on all the prior's
+  values;
 * a small ridge (``RIDGE``, on values scaled to their column) for the values the rows
   barely constrain; a value no row touches keeps the prior's figure.
 
@@ -38,7 +39,7 @@ from edgeopt.devices.kernel_model import (
     graph_dtype,
     peak_compute_s,
 )
-from edgeopt.devices.kernels import Kernel, group_kernels
+from edgeopt.devices.kernels import group_kernels
 from edgeopt.devices.nnls import nnls
 from edgeopt.devices.opcost import op_costs
 from edgeopt.devices.profile import DeviceProfile
@@ -118,7 +119,10 @@ def blocks(keys: Sequence[Key], rows: int) -> list[list[Key]]:
     if rows >= ROWS_PER_VALUE * len(medium):
         return medium
     per_dtype = [[k for k in eff if k[2] == d] for d in dtypes]
-    return per_dtype + memory + invoke
+    small = [b for b in per_dtype if b] + memory + invoke
+    if rows >= ROWS_PER_VALUE * len(small):
+        return small
+    return [sorted(keys)]   # one scale on every prior value
 
 
 def fit_kernel(samples: Sequence[Sample], prior: DeviceProfile) -> tuple[dict[Key, float], dict]:
@@ -134,10 +138,9 @@ def fit_kernel(samples: Sequence[Sample], prior: DeviceProfile) -> tuple[dict[Ke
                   for f in feats])
     b = measured - np.array([f.other_s for f in feats])
     u = _solve(a, b, measured, weights)
-    values = dict(start)
+    # only values some row touches (keys); the estimate takes the prior's for the rest
+    values = {k: start[k] for k in keys}
     for block, multiplier in zip(groups, u):
-        if not a[:, groups.index(block)].any():
-            continue   # no row says anything about it: the prior's figure
         for key in block:
             values[key] = max(float(multiplier), 1e-6) * start[key]
     info = {"values": len(groups), "rows": int(round(weights.sum())),

@@ -41,8 +41,8 @@ Key = tuple
 
 
 def kernel_units(values: Mapping[Key, float]) -> set[str]:
-    """The units a kernel fit covers (those with a bandwidth value)."""
-    return {k[1] for k in values if k[0] == "kmem"}
+    """The units a kernel fit covers (those with a per-inference value)."""
+    return {k[1] for k in values if k[0] == "kinvoke"}
 
 
 def peak_compute_s(kernel: Kernel, unit: ComputeUnit) -> float:
@@ -74,16 +74,17 @@ class KernelTime:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
-def kernel_time(kernel: Kernel, unit: ComputeUnit, values: Mapping[Key, float]
-                ) -> KernelTime:
+def kernel_time(kernel: Kernel, unit: ComputeUnit, values: Mapping[Key, float],
+                prior_s_per_byte: float = 0.0) -> KernelTime:
     """The kernel's time on ``unit`` under the fitted ``values`` (an efficiency the fit
-    did not see, for a dtype it had no rows of, is the nearest one it has)."""
+    did not see, for a dtype it had no rows of, is the nearest one it has; a bandwidth it
+    did not see is the prior's, ``prior_s_per_byte``)."""
     key = compute_key(kernel)
     compute = memory = 0.0
     if key is not None:
         compute = _factor(values, key) * peak_compute_s(kernel, unit)
     else:
-        memory = values[("kmem", kernel.unit)] * kernel.bytes_moved
+        memory = values.get(("kmem", kernel.unit), prior_s_per_byte) * kernel.bytes_moved
     overhead = values.get(("kovh", kernel.unit, kernel.kind), 0.0)
     return KernelTime(compute + memory + overhead, compute, memory, overhead)
 
@@ -116,7 +117,9 @@ def kernel_rows(graph: Graph, costs: Sequence[OpCost], units: Sequence[str],
     out = dict(by_index)
     kernels = [k for k in group_kernels(graph, costs, units) if k.unit in covered]
     for kernel in kernels:
-        timing = kernel_time(kernel, hw.unit(kernel.unit), values)
+        unit = hw.unit(kernel.unit)
+        timing = kernel_time(kernel, unit, values,
+                             1.0 / hw.memory[unit.memory[0]].bandwidth.value)
         energy = sum(by_index[i].energy_j for i in kernel.ops)
         out[kernel.anchor] = replace(
             by_index[kernel.anchor], latency_s=timing.latency_s, energy_j=energy,
