@@ -23,6 +23,10 @@ values over them:
     "bw/dram" = 2.0e10                   # bytes/s
     "sync/npu_dram" = 1e-05              # s per partition switch
 
+With ``method = "kernel"`` the values are the kernel-level model's (kernel_model.py):
+``"keff/npu/int8/gemm"`` (share of peak), ``"kmem/npu"`` (bytes/s), ``"kovh/npu/elementwise"``
+and ``"kinvoke/npu/int8"`` (s); the estimator costs the fitted unit's kernels with them.
+
 A profile without the table is a prior: `basis_text` says "prior: unvalidated".
 """
 
