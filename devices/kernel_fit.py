@@ -8,11 +8,11 @@ non-negative least squares on log-like errors (each row divided by sqrt(measured
 estimated), re-estimated a few times: plain relative errors favour estimating too fast),
 with two guards against the few rows a profile has:
 
-* tying: with ``ROWS_PER_VALUE`` rows per value, the GEMM efficiency is one per dtype and
-  the depthwise one is shared by the dtypes (its ratio to peak kept); with fewer, every
-  compute efficiency of a dtype is one value (the prior's depthwise/GEMM ratio kept) and
-  the element-wise overhead is not fitted; with fewer still, one scale on all the prior's
-  values;
+* tying: the compute efficiencies of a dtype (GEMM and depthwise) are one value, the
+  prior's depthwise/GEMM ratio kept (a depthwise value of its own, shared by the dtypes,
+  predicted held-out families worse on the Snapdragon rows: BENCHMARKS.md); with fewer
+  than ``ROWS_PER_VALUE`` rows per value the element-wise overhead is not fitted either;
+  with fewer still, one scale on all the prior's values;
 * a small ridge (``RIDGE``, on values scaled to their column) for the values the rows
   barely constrain; a value no row touches keeps the prior's figure.
 
@@ -112,13 +112,13 @@ def blocks(keys: Sequence[Key], rows: int) -> list[list[Key]]:
     invoke = [[k] for k in sorted(keys) if k[0] == "kinvoke"]
     memory = [[k] for k in sorted(keys) if k[0] == "kmem"]
     overhead = [[k] for k in sorted(keys) if k[0] == "kovh"]
-    gemm = [[k for k in eff if k[2] == d and k[3] == "gemm"] for d in dtypes]
-    depthwise = [k for k in eff if k[3] == "depthwise"]
-    tied = [b for b in gemm if b] + ([depthwise] if depthwise else [])
-    medium = tied + memory + overhead + invoke
+    # the depthwise efficiency moves with the GEMM one of its dtype (the prior's ratio):
+    # held out, a family that alone has most depthwise kernels (the MobileNets) is then
+    # costed from every family's rows, not from EfficientNet's alone
+    per_dtype = [[k for k in eff if k[2] == d] for d in dtypes]
+    medium = [b for b in per_dtype if b] + memory + overhead + invoke
     if rows >= ROWS_PER_VALUE * len(medium):
         return medium
-    per_dtype = [[k for k in eff if k[2] == d] for d in dtypes]
     small = [b for b in per_dtype if b] + memory + invoke
     if rows >= ROWS_PER_VALUE * len(small):
         return small
