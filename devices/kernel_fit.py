@@ -18,7 +18,7 @@ with two guards against the few rows a profile has:
 
     >>> values, info = fit_kernel(samples, prior_profile("snapdragon-npu"))  # doctest: +SKIP
     >>> info["values"], info["rows"]                                          # doctest: +SKIP
-    (7, 38)
+    (6, 42)
 """
 
 from __future__ import annotations
