@@ -7,8 +7,10 @@ Per device profile that the corpus covers (devices/corpus_map.py), on the rows w
 has a built stand-in (python -m edgeopt.devices.standins --build --fitted):
 
 * BEFORE: the shipped prior figures (never fitted to any row);
-* AFTER, per fitting method (op-class NNLS, one time scale): leave-one-model-family-out
-  cross validation, every row estimated by a fit that never saw its family;
+* AFTER, per fitting method (op-class NNLS, one time scale, affine on the prior's
+  estimate, and the kernel-level model of devices/kernel_model.py): leave-one-model-family-
+  out cross validation, every row estimated by a fit that never saw its family; with the
+  number of values each method fits and values per row;
 * interval coverage: each held-out family's interval comes from the CV residuals of the
   *other* families only, so the rows it is checked on did not shape it: the plain p10-p90
   of those residuals (``raw``), and the calibrated bounds the profile stores
@@ -35,6 +37,7 @@ from edgeopt.devices.corpus_fit import (  # noqa: E402
     ProfileFit,
     calibrated_bounds,
     fit_one,
+    free_values,
     log_residuals,
     write_fit,
 )
@@ -87,6 +90,8 @@ def summarise(result: ProfileFit) -> dict:
         methods[name] = {**accuracy(measured, cv), "interval_coverage":
                          coverage(measured, cv, families),
                          "raw_p10_p90_coverage": coverage(measured, cv, families, False),
+                         "values": (n := free_values(name, method.values, len(measured))),
+                         "values_per_row": round(n / len(measured), 3),
                          "fitted_rows_median_abs_error": accuracy(
                              measured, np.array(method.fitted_predicted_s))["median_abs_error"]}
     before = accuracy(measured, np.array(result.prior_predicted_s))
@@ -142,21 +147,23 @@ def _chosen_cv(result: ProfileFit) -> tuple[float, ...]:
 
 def table(summaries: list[dict]) -> str:
     lines = ["| profile | rows | families | before: median \\|err\\| | after (CV) method | "
-             "median \\|err\\| | ±10% | ±25% | ±30% | ±50% | coverage (calibrated / raw "
-             "p10-p90) | target |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "values/row | median \\|err\\| | ±10% | ±25% | ±30% | ±50% | coverage (calibrated / "
+             "raw p10-p90) | target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         head = (f"| {s['profile']} | {s['rows']} | {len(s['families'])} | "
                 f"{s['before']['median_abs_error']:.0%} | ")
         if s["chosen_method"] == "prior":
             b = s["before"]
-            lines.append(head + f"prior (kept: no fit did better) | {b['median_abs_error']:.0%} | "
+            lines.append(head + f"prior (kept: no fit did better) | 0 | "
+                         f"{b['median_abs_error']:.0%} | "
                          f"{b['within_10']:.0%} | {b['within_25']:.0%} | {b['within_30']:.0%} | "
                          f"{b['within_50']:.0%} | - | {_target(s, True)} |")
         for name, m in s["after"].items():
             kept = name == s["chosen_method"]
             lines.append(head + f"{name}{' (kept)' if kept else ''} | "
-                         f"{m['median_abs_error']:.0%} | {m['within_10']:.0%} | "
+                         f"{m['values']}/{s['rows']} | {m['median_abs_error']:.0%} | "
+                         f"{m['within_10']:.0%} | "
                          f"{m['within_25']:.0%} | {m['within_30']:.0%} | {m['within_50']:.0%} | "
                          f"{m['interval_coverage']:.0%} / {m['raw_p10_p90_coverage']:.0%} | "
                          f"{_target(s, kept)} |")

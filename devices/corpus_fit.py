@@ -44,6 +44,7 @@ from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.estimator import resolve_assignment
 from edgeopt.devices.fit import FitConfig, Sample, fit_profile
 from edgeopt.devices.fitted import FIT_METHODS, FitBasis, apply_values, parse_fit, scale_times
+from edgeopt.devices.kernel_fit import fit_kernel, free_value_count, with_kernel_fit
 from edgeopt.devices.nnls import nnls
 from edgeopt.devices.profile import DeviceProfile, _profile_files, parse_profile
 from edgeopt.devices.standins import build, cached, standin_for
@@ -171,6 +172,9 @@ def fit_method(samples: Sequence[Sample], prior: DeviceProfile, method: str
     """(fitted profile, fitted values, scale) of one method on ``samples``."""
     if method == "affine":
         return fit_affine(samples, prior)
+    if method == "kernel":
+        values, _ = fit_kernel(merged(samples), prior)
+        return with_kernel_fit(prior, values), values, 1.0
     if method in ("scale", "scaled-opclass"):
         ratios = [math.log(s.measured_s / p) for s, p in zip(samples, predict_s(samples, prior))]
         scale = float(math.exp(np.median(ratios)))
@@ -200,6 +204,14 @@ def fit_affine(samples: Sequence[Sample], prior: DeviceProfile
     values = {("invoke", unit): float(a) + b * hw.unit(unit).invoke_overhead.value}
     scaled = replace(prior, hardware=apply_values(scale_times(hw, b, "fit"), values, "fit"))
     return scaled, values, b
+
+
+def free_values(method: str, values: dict, rows: int) -> int:
+    """How many values ``method`` fitted (for the values-per-row the benchmark reports)."""
+    if method == "kernel":
+        return free_value_count(values, rows)
+    return {"scale": 1, "affine": 2, "prior": 0}.get(method, len(values) + (
+        method == "scaled-opclass"))
 
 
 def cross_validate(samples: Sequence[RowSample], prior: DeviceProfile, method: str,

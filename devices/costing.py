@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from edgeopt.devices.assignment import UnitAssignment
+from edgeopt.devices.kernel_model import kernel_rows
 from edgeopt.devices.opcost import OpCost, op_costs
 from edgeopt.devices.params import ParamResidency, param_residency
 from edgeopt.devices.profile import DeviceProfile
@@ -47,7 +48,13 @@ def estimate_assigned(graph: Graph, profile: DeviceProfile, assignment: UnitAssi
     rows = tuple(_op_row(cost, assignment, residency, hw, unit_params) for cost in costs)
     transfers = tuple(cost_crossings(graph, assignment.units, hw))
     used = {row.unit for row in rows} | {hw.cpu_unit().name}
-    invoke_s = sum(hw.unit(u).invoke_overhead.value for u in used)
+    invoke = {u: hw.unit(u).invoke_overhead.value for u in used}
+    if profile.fit is not None and profile.fit.method == "kernel":
+        # the kernel-level model (kernel_model.py) for the units its fit covers
+        rows, kernel_invoke = kernel_rows(graph, costs, assignment.units, rows, hw,
+                                          profile.fit.values)
+        invoke.update({u: v for u, v in kernel_invoke.items() if u in used})
+    invoke_s = sum(invoke.values())
     latency = sum(r.latency_s for r in rows) + sum(t.latency_s for t in transfers) + invoke_s
     idle = hw.idle_power.value * latency
     energy = sum(r.energy_j for r in rows) + sum(t.energy_j for t in transfers) + idle

@@ -23,6 +23,10 @@ values over them:
     "bw/dram" = 2.0e10                   # bytes/s
     "sync/npu_dram" = 1e-05              # s per partition switch
 
+With ``method = "kernel"`` the values are the kernel-level model's (kernel_model.py):
+``"keff/npu/int8/gemm"`` (share of peak), ``"kmem/npu"`` (bytes/s), ``"kovh/npu/elementwise"``
+and ``"kinvoke/npu/int8"`` (s); the estimator costs the fitted unit's kernels with them.
+
 A profile without the table is a prior: `basis_text` says "prior: unvalidated".
 """
 
@@ -40,7 +44,8 @@ from edgeopt.errors import DeviceError
 PRIOR_BASIS = "prior: unvalidated"
 # "affine": every time figure times `scale`, and the main unit's invoke overhead fitted:
 # latency = a + b x prior estimate, two numbers (corpus_fit.py)
-FIT_METHODS = ("opclass", "scale", "scaled-opclass", "affine")
+# "kernel": the kernel-level model of kernel_model.py, fitted by kernel_fit.py
+FIT_METHODS = ("opclass", "scale", "scaled-opclass", "affine", "kernel")
 # "prior": checked against the rows, and no fit predicted held-out rows better
 METHODS = (*FIT_METHODS, "prior")
 # ("eff", unit, dtype, kind) | ("ovh", unit, kind) | ("invoke", unit) | ("bw", level)
@@ -92,16 +97,21 @@ def _round(value: float) -> float:
     return float(f"{value:.6g}")
 
 
+INVERTED = ("eff", "bw", "keff", "kmem")   # stored as their inverses in the fit
+
+
 def _shown(key: Key, value: float) -> float:
     """A fit value as the profile writes it: efficiency and bandwidth, not their inverses."""
-    return 1.0 / value if key[0] in ("eff", "bw") else value
+    return 1.0 / value if key[0] in INVERTED else value
 
 
 def _internal(key: Key, value: float) -> float:
-    return 1.0 / value if key[0] in ("eff", "bw") else value
+    return 1.0 / value if key[0] in INVERTED else value
 
 
-_KEY_PARTS = {"eff": 4, "ovh": 3, "invoke": 2, "bw": 2, "sync": 2}
+_KEY_PARTS = {"eff": 4, "ovh": 3, "invoke": 2, "bw": 2, "sync": 2,
+              "keff": 4, "kmem": 2, "kovh": 3, "kinvoke": 3}
+TIMES = ("ovh", "invoke", "sync", "kovh", "kinvoke")   # may fit to zero
 
 
 def parse_fit(path: object, raw: Mapping[str, Any]) -> FitBasis | None:
@@ -123,7 +133,7 @@ def _parse(table: Mapping[str, Any]) -> FitBasis:
     for text, value in dict(table.get("values", {})).items():
         key = tuple(text.split("/"))
         # a time (overhead, invoke, sync) may fit to zero; an efficiency or bandwidth may not
-        floor_ok = float(value) >= 0 if key[0] in ("ovh", "invoke", "sync") else float(value) > 0
+        floor_ok = float(value) >= 0 if key[0] in TIMES else float(value) > 0
         if _KEY_PARTS.get(key[0]) != len(key) or not floor_ok:
             raise ValueError(f"bad value {text!r} = {value!r}")
         values[key] = _internal(key, float(value))

@@ -3,7 +3,9 @@
 The artifact is built once, for the first device; the others get the same file through
 their own delegate rules and profile, so the comparison answers "where would this model
 run best" without building N bundles. A device that cannot take the artifact says why
-instead of stopping the build.
+instead of stopping the build. An .onnx artifact is placed on the onnxruntime execution
+provider each device's delegate has (NNAPI, QNN, XNNPACK, CoreML; the CPU EP where none
+does) and estimated as the kernels onnxruntime runs, as the build target's own estimate.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ from collections.abc import Callable
 
 from edgeopt.config import device_names
 from edgeopt.delegates import place_for_device
+from edgeopt.delegates.onnx_placement import place_onnx_for_device
 from edgeopt.devices.assignment import PlacementView
-from edgeopt.devices.estimator import estimate
+from edgeopt.devices.estimator import estimate, estimate_onnx_model
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.devices.result import Estimate
 from edgeopt.errors import ConfigError, EdgeoptError, first_line
 from edgeopt.tflite_reader import read_tflite
 
-COMPARE_NEEDS_TFLITE = ("comparing devices (--device all or a comma list) estimates the "
-                        ".tflite graph; build with --format tflite")
+COMPARED_FORMATS = ("tflite", "onnx")
+COMPARE_NEEDS_TFLITE = ("comparing devices (--device all or a comma list) estimates a "
+                        ".tflite or .onnx artifact; build with --format tflite or onnx")
 
 
 def compared_profiles(device_spec: str, fmt: str) -> list:
@@ -29,7 +33,7 @@ def compared_profiles(device_spec: str, fmt: str) -> list:
     names = device_names(device_spec)
     if len(names) == 1:
         return []
-    if fmt != "tflite":
+    if fmt not in COMPARED_FORMATS:
         raise ConfigError(COMPARE_NEEDS_TFLITE)
     return [load_profile(name) for name in names[1:]]
 
@@ -53,17 +57,40 @@ def _failed(profile, why: str) -> dict:
 
 def compare_devices(content: bytes, primary: tuple[DeviceProfile, PlacementView, Estimate],
                     others: list[DeviceProfile],
-                    progress: Callable[[str], None]) -> list[dict]:
-    """One row per device: the build target's own (profile, placement, estimate) first."""
-    graph = read_tflite(content)
+                    progress: Callable[[str], None], fmt: str = "tflite",
+                    shapes: dict | None = None) -> list[dict]:
+    """One row per device: the build target's own (profile, placement, estimate) first.
+    ``fmt`` is the artifact's format; an .onnx artifact's dynamic inputs are costed at
+    ``shapes`` (the build's input shapes)."""
+    estimate_on = _onnx_estimator(content, shapes) if fmt == "onnx" else \
+        _tflite_estimator(content)
     rows = [_row(*primary, primary=True)]
     progress(f"estimating the artifact on {len(others)} more device(s)")
     for i, profile in enumerate(others, 1):
         progress(f"{profile.name} ({i}/{len(others)})")
         try:
-            placement = place_for_device(content, profile)
-            rows.append(_row(profile, placement, estimate(graph, profile, placement, content),
-                             primary=False))
+            rows.append(_row(profile, *estimate_on(profile), primary=False))
         except EdgeoptError as exc:
             rows.append(_failed(profile, first_line(exc)))
     return rows
+
+
+Estimator = Callable[[DeviceProfile], tuple[PlacementView, Estimate]]
+
+
+def _tflite_estimator(content: bytes) -> Estimator:
+    graph = read_tflite(content)
+
+    def on(profile: DeviceProfile) -> tuple[PlacementView, Estimate]:
+        placement = place_for_device(content, profile)
+        return placement, estimate(graph, profile, placement, content)
+
+    return on
+
+
+def _onnx_estimator(content: bytes, shapes: dict | None) -> Estimator:
+    def on(profile: DeviceProfile) -> tuple[PlacementView, Estimate]:
+        placement = place_onnx_for_device(content, profile)
+        return placement, estimate_onnx_model(content, profile, placement, shapes)
+
+    return on

@@ -5,7 +5,9 @@
     ('onnx', True)
 
 Keras and SavedModel inputs are read through their float `.tflite` conversion, which is
-the graph a device would run.
+the graph a device would run. With ``--device``, an .onnx input is also placed as an .onnx
+artifact runs: on the onnxruntime execution provider of the device's delegate
+(``onnx_placement``; `build --format onnx` ships that).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.onnx_adapt import adapt_onnx
 from edgeopt.converters.onnx_pin import held_inputs
 from edgeopt.delegates import place_for_device
+from edgeopt.delegates.onnx_placement import place_onnx_for_device
+from edgeopt.delegates.onnx_shapes import dynamic_inputs, with_fixed_inputs
 from edgeopt.devices.profile import all_profiles, load_profile
 from edgeopt.graph import Graph
 from edgeopt.model import ModelHandle, load_model, with_input_shapes
@@ -33,18 +37,38 @@ def _tflite_bytes(handle: ModelHandle) -> bytes:
 
 
 def placement_record(handle: ModelHandle, device: str) -> dict:
-    """Per-op placement on one device, or one summary line per device for `all`."""
+    """Per-op placement on one device, or one summary line per device for `all`; for an
+    .onnx input, its placement on onnxruntime's execution provider too."""
     tflite = _tflite_bytes(handle)
+    onnx = _onnx_as_built(handle) if handle.format == "onnx" and handle.torch is None else None
     if device == "all":
         lines = []
         for profile in all_profiles():
             placement = place_for_device(tflite, profile)
-            lines.append({"device": profile.name, "summary": placement.summary_line(),
-                          **placement.manifest_json()})
+            line = {"device": profile.name, "summary": placement.summary_line(),
+                    **placement.manifest_json()}
+            if onnx:
+                line["onnx_summary"] = place_onnx_for_device(onnx, profile).summary_line()
+            lines.append(line)
         return {"devices": lines}
-    placement = place_for_device(tflite, load_profile(device))
-    return {"device": device, "placement": placement.to_json(),
-            "summary": placement.summary_line()}
+    profile = load_profile(device)
+    placement = place_for_device(tflite, profile)
+    record = {"device": device, "placement": placement.to_json(),
+              "summary": placement.summary_line()}
+    if onnx:
+        on_ort = place_onnx_for_device(onnx, profile)
+        record["onnx_placement"] = {"summary": on_ort.summary_line(), **on_ort.to_json()}
+    return record
+
+
+def _onnx_as_built(handle: ModelHandle) -> bytes:
+    """The .onnx as `build --format onnx` places it: dynamic input dimensions at the
+    --input-shape sizes, 1 where none is given."""
+    content = Path(handle.path).read_bytes()
+    if not dynamic_inputs(content):
+        return content
+    return with_fixed_inputs(content, {s.name: s.shape for s in handle.inputs
+                                       if all(d > 0 for d in s.shape)})
 
 
 def graph_of(handle: ModelHandle) -> tuple[Graph, str]:
@@ -116,10 +140,26 @@ def render_inspection(record: dict) -> str:
         "notes", [])]
     if "devices" in record:
         lines.append("  placement per device:")
-        lines += [f"    {line['summary']}" for line in record["devices"]]
+        for line in record["devices"]:
+            lines.append(f"    {line['summary']}")
+            if "onnx_summary" in line:
+                lines.append(f"      as .onnx: {line['onnx_summary']}")
     if "placement" in record:
         lines += _placement_lines(record)
+    if "onnx_placement" in record:
+        lines += _onnx_lines(record["onnx_placement"])
     return "\n".join(lines)
+
+
+def _onnx_lines(onnx: dict) -> list[str]:
+    """The .onnx artifact's placement on onnxruntime's execution provider."""
+    ops = onnx.get("ops", [])
+    lines = [f"  as .onnx on onnxruntime: {onnx['summary']}"]
+    width = max((len(op["op"]) for op in ops), default=0)
+    for op in ops:
+        reason = f"  {op['reason']}" if op.get("reason") else ""
+        lines.append(f"    {op['index']:>4}  {op['op'].ljust(width)}  {op['unit']:<8}{reason}")
+    return lines
 
 
 def _placement_lines(record: dict) -> list[str]:

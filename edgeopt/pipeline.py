@@ -702,8 +702,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     if artifact.qat is not None:
         manifest["qat"] = artifact.qat
     if compared:
-        manifest["comparison"] = compare_devices(artifact.content, (profile, placement, estimate),
-                                                 compared, progress)
+        manifest["comparison"] = compare_devices(
+            artifact.content, (profile, placement, estimate), compared, progress,
+            artifact.format, {spec.name: spec.shape for spec in handle.inputs})
     files = {manifest["model"]["file"]: artifact.content,
              **_compiled_files(manifest, placement), MANIFEST: manifest_bytes(manifest),
              "report.html": render_report(
