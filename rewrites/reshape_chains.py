@@ -15,7 +15,7 @@ RULES = "any"
 
 def rewrite(edit: Edit, position: int, op: Any) -> bool:
     x, y = int(op.inputs[0]), int(op.outputs[0])
-    if edit.static_shape(x) is None or edit.static_shape(y) is None:
+    if edit.static_shape(x) is None or edit.static_shape(y) is None or not edit.is_float(x):
         return False  # a dynamic dimension: the final shape is not known here
     follower = edit.only_consumer(y)
     if follower is not None and edit.op_name(edit.subgraph.operators[follower]) == "RESHAPE":
