@@ -163,8 +163,9 @@ def table(record: dict) -> str:
         built = {n: r for n, r in rows.items() if r.get("outcome") == "ok"}
         tried = {n: r for n, r in built.items() if r["tried"]}
         kept = [n for n, r in tried.items() if r["kept"]]
-        lines += [f"**{device}**: {len(built)} of {len(rows)} models built; the step tried "
-                  f"rewrites on {len(tried)}, kept them on {len(kept)}.", "",
+        lines += [f"**{device}**: {len(rows)} of the zoo's {len(ZOO)} models run before the "
+                  f"stop, {len(built)} built; the step tried rewrites on {len(tried)}, kept "
+                  f"them on {len(kept)}.", "",
                   "| model | rewrites tried | ops on delegate before → after | partitions | "
                   "worst SQNR dB before → after | kept |", "|---|---|---|---|---|---|"]
         for name, row in sorted(rows.items()):
