@@ -2,7 +2,8 @@
 
 Follows coral.ai/docs/edgetpu/models-intro ("Supported operations": op names, minimum
 runtime version, known limitations; "Model requirements": full 8-bit quantization, static
-sizes, constant parameters, at most 3 dimensions larger than 1) and the compiler's
+sizes, constant parameters, at most 3 dimensions larger than 1), libcoral's split_fc note
+(a fully-connected layer too large for the parameter memory is cut) and the compiler's
 partitioning rule: it maps the graph up to the first op it cannot run; that op and every op
 after it run on the CPU, and only the first subgraph is compiled.
 """
@@ -59,6 +60,15 @@ def fully_connected_1d(v: OpView) -> tuple[bool, str]:
     out = v.output(0)
     ok = out is not None and out.elements == (out.shape[-1] if out.shape else 1)
     return ok, f"output shape {list(out.shape) if out else '?'}"
+
+
+def fully_connected_fits(v: OpView) -> tuple[bool, str]:
+    """FULLY_CONNECTED weights must fit the Edge TPU's parameter memory (the compiler cuts
+    a larger layer from the delegate)"""
+    weights = v.input(1)
+    limit = int(v.settings.get("fc_max_weights", 8_000_000))
+    size = weights.elements if weights is not None else 0
+    return size <= limit, f"{size:,} weights, over {limit:,}"
 
 
 def concat_constant_zero(v: OpView) -> tuple[bool, str]:
@@ -130,7 +140,7 @@ def strided_slice_unit(v: OpView) -> tuple[bool, str]:
 
 CHECKS = {**generic.GENERIC, **{fn.__name__: fn for fn in (
     runtime_level, innermost_3d, conv_same_dilation, depthwise_no_dilation,
-    fully_connected_1d, concat_constant_zero, mean_axes, no_batch_axis, pad_axes, softmax_1d,
-    strided_slice_unit)}}
+    fully_connected_1d, fully_connected_fits, concat_constant_zero, mean_axes, no_batch_axis,
+    pad_axes, softmax_1d, strided_slice_unit)}}
 
 RULES = build_rules("edgetpu.toml", CHECKS)

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -157,13 +158,15 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
     held = permuted(evaluation.arrays, conv.input_perms)
     core_config = quant_config(config, scheme, profile, "tflite")
 
-    def remake(content: bytes) -> Artifact:
+    def make(content: bytes, source: bool) -> Artifact:
+        """The artifact from float graph `content`; `source`: the converted source itself
+        (QAT trains only that one; a rewritten graph is re-quantized)."""
         if scheme == "float":
             return Artifact(content, "tflite", "none", runner_for(content), conversion,
                             float_model=content, remake=remake, runner_for=runner_for)
         result = quantize_tflite(content, arrays, core_config, held, evaluation.labels, progress)
         qat = None
-        if content is conv.tflite:  # QAT trains the source; a rewritten graph is re-quantized
+        if source:
             result, qat = after_ptq(result, core_config, qat_settings(config), handle=handle,
                                     keras_model=keras_model, runtime_format="tflite",
                                     float_model=conv.tflite, calib_runtime=arrays, calib=calib,
@@ -173,7 +176,10 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
                         conversion, result, qat=qat, float_model=content, remake=remake,
                         runner_for=runner_for)
 
-    return remake(conv.tflite)
+    def remake(content: bytes) -> Artifact:
+        return make(content, source=False)
+
+    return make(conv.tflite, source=True)
 
 
 def qat_settings(config: BuildConfig) -> QatSettings:
@@ -295,10 +301,31 @@ def place_artifact(artifact: Artifact, profile: DeviceProfile, require_full: boo
     return placement
 
 
+def _shipped(built: Artifact, config: BuildConfig, handle: ModelHandle,
+             profile: DeviceProfile, calib: Dataset) -> Artifact:
+    """A built artifact as it ships: the .pt2's export record, TFLite metadata."""
+    if handle.torch is not None:  # the .pt2's ONNX export, checked against the program
+        built = replace(built, conversion={**built.conversion,
+                                           "torch_export": handle.torch.record()})
+    if built.format == "tflite":  # TFLite metadata: validated and shipped as one file
+        built = with_build_metadata(built, config, handle, profile,
+                                    _preprocessing(calib, built.conversion))
+    return built
+
+
+def _placed(placement, config: BuildConfig):
+    """The rewrite step's placement of the artifact that ships, checked as the build's own."""
+    if config.require_full_delegation:
+        placement.require_full_delegation()
+    return placement
+
+
 def _rewrite_step(artifact: Artifact, config: BuildConfig, profile: DeviceProfile,
-                  reference: list, evaluation: Dataset, handle: ModelHandle, progress):
+                  reference: list, evaluation: Dataset, handle: ModelHandle, progress,
+                  finish: Callable[[Artifact], Artifact]):
     """The rewrite step (edgeopt.rewrite_step), on the held-out samples the build validates
-    on; None when it is off or there is nothing to rewrite."""
+    on, placing and validating the artifacts as `finish` makes them ship; None when it is
+    off or does not apply."""
     if not config.rewrite or artifact.remake is None or artifact.runner_for is None:
         return None
     if artifact.qat and artifact.qat.get("ran"):  # the trained model is not re-quantized
@@ -314,7 +341,8 @@ def _rewrite_step(artifact: Artifact, config: BuildConfig, profile: DeviceProfil
         return compare(reference, run_dataset(candidate.runner, evaluation.arrays),
                        evaluation.labels, names, config.task_spec())
 
-    return improve(artifact, profile, float_outputs, validate, config.accuracy_budget, progress)
+    return improve(artifact, profile, float_outputs, validate, config.accuracy_budget, progress,
+                   finish)
 
 
 def _artifact_specs(artifact: Artifact, workdir: Path) -> ModelHandle:
@@ -659,26 +687,24 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         else:
             artifact = _onnx_artifact(source, config, config.scheme, profile, calib, evaluation,
                                       workdir, progress)
+        finish = partial(_shipped, config=config, handle=handle, profile=profile, calib=calib)
         rewrite = _rewrite_step(artifact, config, profile, reference, evaluation, handle,
-                                progress)
-        if rewrite is not None:
-            artifact = rewrite.artifact
-        if handle.torch is not None:  # the .pt2's ONNX export, checked against the program
-            artifact = replace(artifact, conversion={
-                **artifact.conversion, "torch_export": handle.torch.record()})
-        if artifact.format == "tflite":  # TFLite metadata: validated and shipped as one file
-            artifact = with_build_metadata(artifact, config, handle, profile,
-                                           _preprocessing(calib, artifact.conversion))
+                                progress, finish)
+        artifact = rewrite.artifact if rewrite is not None else finish(artifact)
         islands = artifact_float_ops(artifact, config)
-        progress(f"validating in {artifact.runner.label} on {evaluation.count} evaluation "
-                 "samples")
-        validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
-                             evaluation.labels, [o.name for o in handle.outputs],
-                             config.task_spec())
+        # the step validated what ships, on these samples, when it built a candidate
+        validation = rewrite.validation if rewrite is not None else None
+        if validation is None:
+            progress(f"validating in {artifact.runner.label} on {evaluation.count} evaluation "
+                     "samples")
+            validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
+                                 evaluation.labels, [o.name for o in handle.outputs],
+                                 config.task_spec())
         check_collapsed(validation, config.accept_collapsed)
         specs = _artifact_specs(artifact, workdir)
     progress(f"placing ops on {profile.delegate}")
-    placement = place_artifact(artifact, profile, config.require_full_delegation)
+    placement = (place_artifact(artifact, profile, config.require_full_delegation)
+                 if rewrite is None else _placed(rewrite.placement, config))
     if placement is not None and placement.artifact:  # Vela keeps the metadata, not its files
         placement = replace(placement, artifact=with_packed_files(artifact.content,
                                                                   placement.artifact))
@@ -689,7 +715,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                          evaluation, placement)
     _estimate_record(manifest, estimate)
     _float_ops_record(manifest, islands, config.scheme, profile)
-    if rewrite is not None:
+    if rewrite is not None and rewrite.record is not None:
         manifest["rewrites"] = rewrite.record
     if handle.adaptation is not None:
         manifest["onnx_rewrite"] = handle.adaptation

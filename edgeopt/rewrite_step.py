@@ -8,6 +8,10 @@ validates it against the source. The rewritten artifact is kept when the delegat
 larger share of the ops (or the same share in fewer partitions) and the accuracy holds:
 the budget when one is given, else within REWRITE_TOLERANCE_DB of the output SQNR the
 unrewritten build reached. Either way the record says what was tried and why.
+
+The step places and validates the artifact that ships (after `finish`, the build's own
+last touches: metadata), so the build takes its placement and validation as they are
+instead of placing (for Ethos-U: compiling with Vela) and validating it a second time.
 """
 
 from __future__ import annotations
@@ -32,10 +36,18 @@ REWRITE_TOLERANCE_DB = 1.0
 
 @dataclass(frozen=True)
 class Attempt:
-    """What `improve` did: the record for the manifest and report."""
+    """What `improve` did: the record for the manifest and report (None: nothing to
+    rewrite), and the artifact to ship with its placement and, when the step ran it, its
+    validation on the build's held-out samples."""
 
-    record: dict[str, Any]
+    record: dict[str, Any] | None
     artifact: Any  # the one to ship: the rewritten rebuild when kept, else the original
+    placement: Any
+    validation: Validation | None = None
+
+
+def _unchanged(artifact):
+    return artifact
 
 
 def delegation(placement) -> dict[str, Any]:
@@ -47,17 +59,21 @@ def delegation(placement) -> dict[str, Any]:
 
 def improve(artifact, profile, float_outputs: Callable[[bytes], list],
             validate: Callable[[Any], Validation], budget: float | None,
-            progress: Callable[[str], None]) -> Attempt | None:
-    """The better of the artifact and its rewritten rebuild (None: nothing to rewrite).
+            progress: Callable[[str], None],
+            finish: Callable[[Any], Any] = _unchanged) -> Attempt | None:
+    """The better of the artifact and its rewritten rebuild, placed (None: the step does not
+    apply to this artifact; a record of None: nothing to rewrite).
 
     `float_outputs` runs a float graph of the artifact's layout on probe samples,
-    `validate` an artifact against the source on the held-out samples."""
+    `validate` an artifact against the source on the held-out samples, `finish` turns a
+    built artifact into the one that ships (each candidate is placed and validated so)."""
     if artifact.format != "tflite" or artifact.remake is None or artifact.float_model is None:
         return None
-    placement = place_for_device(artifact.content, profile)
+    original = finish(artifact)
+    placement = place_for_device(original.content, profile)
     names = rewrites.wanted((op.op, op.rule) for op in placement.fallbacks())
     if not names:
-        return None
+        return Attempt(None, original, placement)
     before = delegation(placement)
     progress(f"rewriting for {profile.delegate}: {', '.join(names)}")
     checked, costs = _checked_rewrites(artifact.float_model, names, float_outputs)
@@ -65,35 +81,38 @@ def improve(artifact, profile, float_outputs: Callable[[bytes], list],
                               "applied": costs}
     if not checked:
         record["reason"] = "no rewrite both fits the graph and keeps its values"
-        return Attempt(record, artifact)
+        return Attempt(record, original, placement)
     rewritten, _ = rewrites.apply(artifact.float_model, checked)
     try:
-        candidate = artifact.remake(rewritten)
+        candidate = finish(artifact.remake(rewritten))
         new_placement = place_for_device(candidate.content, profile)
         new_validation = validate(candidate)
     except EdgeoptError as exc:  # the rewritten graph did not quantize or run: keep the old
         record["reason"] = f"the rewritten model did not build: {exc}"
-        return Attempt(record, artifact)
-    validation = validate(artifact)  # the original, on the same held-out samples
+        return Attempt(record, original, placement)
+    validation = validate(original)  # the original, on the same held-out samples
     after = delegation(new_placement)
     record["after"] = after
     record["accuracy"] = {"before_worst_sqnr_db": _db(validation.worst_sqnr_db),
                           "after_worst_sqnr_db": _db(new_validation.worst_sqnr_db)}
-    verdict = _float_verdict(artifact, candidate) or \
+    verdict = _float_verdict(original, candidate) or \
         _verdict(before, after, validation, new_validation, budget)
     record["reason"] = verdict or "more of the model runs on the delegate"
     record["kept"] = not verdict
-    return Attempt(record, artifact if verdict else candidate)
+    if verdict:
+        return Attempt(record, original, placement, validation)
+    return Attempt(record, candidate, new_placement, new_validation)
 
 
 def _checked_rewrites(model: bytes, names: list[str], float_outputs) -> tuple[list[str], list]:
     """The rewrites that apply and keep the float graph's values, each measured alone."""
-    reference = float_outputs(model)
+    reference = None  # the float graph runs only once a rewrite fits it
     kept, costs = [], []
     for name in names:
         content, applied = rewrites.apply(model, [name])
         if not applied:
             continue
+        reference = float_outputs(model) if reference is None else reference
         error = _relative_error(reference, float_outputs(content))
         ok = error <= FLOAT_RTOL
         costs.append({"name": name, "changed": applied[0].count, "message": applied[0].message,

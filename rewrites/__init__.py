@@ -2,13 +2,17 @@
 ops a delegate lacks onto ops it has, or fix the shapes it needs fixed.
 
 Each rewrite is a module whose docstring is what the user reads; op rewrites replace one
-op (`OPS`) by a short chain of others, the model rewrite (`static_shapes`) edits tensors.
+op (`OPS`) by a short chain of others or fold it into its neighbours (PAD into a
+convolution, TRANSPOSE pairs, RESHAPE chains), the model rewrite (`static_shapes`) edits
+tensors.
 `edgeopt build` asks for the rewrites its placement's fallbacks name, checks each one's
 numeric effect in LiteRT, re-quantizes, re-places and keeps them only when delegation
 rises and the accuracy holds (edgeopt/rewrite_step.py).
 
     >>> wanted([("HARD_SWISH", "op_in_table"), ("CONV_2D", "static_shapes")])
     ['hard_swish', 'static_shapes']
+    >>> wanted([("PAD", "op_in_table"), ("TRANSPOSE", "after_first_unsupported")])
+    ['fold_pad']
 """
 
 from __future__ import annotations
@@ -19,13 +23,17 @@ from types import ModuleType
 
 from edgeopt.rewrites import (
     arithmetic,
+    fold_pad,
     hard_swish,
     leaky_relu,
     minimum,
     mirror_pad,
     relu_0_to_1,
+    reshape_chains,
     reshapes,
+    split_fc,
     static_shapes,
+    transposes,
 )
 from edgeopt.rewrites.edit import Edit
 from edgeopt.tflite_edit import opcode_name, pack, unpack
@@ -33,11 +41,15 @@ from edgeopt.tflite_edit import opcode_name, pack, unpack
 OP_REWRITES: dict[str, ModuleType] = {
     "hard_swish": hard_swish, "relu_0_to_1": relu_0_to_1, "leaky_relu": leaky_relu,
     "arithmetic": arithmetic, "reshapes": reshapes, "mirror_pad": mirror_pad,
-    "minimum": minimum,
+    "minimum": minimum, "split_fc": split_fc, "fold_pad": fold_pad, "transposes": transposes,
+    "reshape_chains": reshape_chains,  # after reshapes and transposes: they write RESHAPEs
 }
 CATALOGUE = (*OP_REWRITES, "static_shapes")
 # The fallback reasons an op rewrite answers: the delegate has no kernel for the op.
 OP_RULES = frozenset({"op_in_table", "feature_level"})
+# A folding rewrite (RULES = "any") removes its op, which answers any reason it was refused
+# for, except these: they follow from another op's fallback, not from the op itself.
+CONSEQUENCES = frozenset({"after_first_unsupported", "partition_dropped"})
 
 
 @dataclass(frozen=True)
@@ -62,8 +74,14 @@ def wanted(fallbacks: Iterable[tuple[str, str | None]]) -> list[str]:
             names.add("static_shapes")
         else:
             names.update(n for n, m in OP_REWRITES.items()
-                         if op in m.OPS and rule in getattr(m, "RULES", OP_RULES))
+                         if op in m.OPS and _answers(getattr(m, "RULES", OP_RULES), rule))
     return [n for n in CATALOGUE if n in names]
+
+
+def _answers(rules, rule: str | None) -> bool:
+    if rules == "any":
+        return rule is not None and rule not in CONSEQUENCES
+    return rule in rules
 
 
 def apply(content: bytes, names: Iterable[str]) -> tuple[bytes, list[Applied]]:

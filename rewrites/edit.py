@@ -43,6 +43,20 @@ class Edit:
     def constant(self, index: int) -> np.ndarray | None:
         return constant(self.model, self.tensor(index))
 
+    def consumers(self, index: int) -> list[int]:
+        """Positions of the operators that read tensor `index`."""
+        return [p for p, op in enumerate(self.subgraph.operators or [])
+                if index in [int(i) for i in op.inputs]]
+
+    def only_consumer(self, index: int) -> int | None:
+        """The one operator reading tensor `index` when it is not also a graph output."""
+        readers = self.consumers(index)
+        outputs = [int(i) for i in self.subgraph.outputs]
+        return readers[0] if len(readers) == 1 and index not in outputs else None
+
+    def is_output(self, index: int) -> bool:
+        return index in [int(i) for i in self.subgraph.outputs]
+
     # ------------------------------------------------------------------ writing
 
     def _unique(self, name: str) -> str:
@@ -104,6 +118,21 @@ class Edit:
         for key, item in fields.items():
             setattr(value, key, item)
         return kind, value
+
+    def reshape(self, x: int, y: int) -> Any:
+        """A RESHAPE of `x` to the (fixed) shape of tensor `y`, written into `y`."""
+        shape = [int(d) for d in self.tensor(y).shape]
+        target = self.constant_tensor(np.asarray(shape, np.int32), "reshape/shape")
+        return self.new_op("RESHAPE", [x, target], [y],
+                           self.options("ReshapeOptions", newShape=shape))
+
+    def remove(self, position: int) -> None:
+        del self.subgraph.operators[position]
+
+    def rewire(self, old: int, new: int) -> None:
+        """Every operator that read tensor `old` reads `new` instead."""
+        for op in self.subgraph.operators or []:
+            op.inputs = [new if int(i) == old else int(i) for i in op.inputs]
 
     def replace(self, position: int, ops: list[Any]) -> None:
         """Put `ops` (in execution order) where the operator at `position` was."""

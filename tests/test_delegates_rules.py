@@ -336,6 +336,8 @@ CASES = [
                       dilation_w_factor=2).view("edgetpu")),
     Case("edgetpu", "fully_connected_1d", lambda: fc(I8, wq=q()).view("edgetpu"),
          lambda: fc(I8, wq=q(), out=(4, 10)).view("edgetpu")),
+    Case("edgetpu", "fully_connected_fits", lambda: fc(I8, wq=q()).view("edgetpu"),
+         lambda: fc(I8, wq=q()).view("edgetpu", fc_max_weights=100)),  # 160 weights
     Case("edgetpu", "concat_constant_zero",
          lambda: concat(2, I8, const_values=(0,) * 256).view("edgetpu"),
          lambda: concat(2, I8, const_values=(5,) * 256).view("edgetpu")),

@@ -240,6 +240,29 @@ def test_build_for_the_edge_tpu_applies_the_rewrites_and_no_rewrite_turns_them_o
     assert "rewrites" not in plain and plain["placement"]["cpu_ops"] > 0
 
 
+def test_an_ethos_u_build_compiles_with_vela_once(run_cli, hard_swish_model, monkeypatch):
+    """The rewrite step places the artifact that ships; the build takes that placement
+    instead of compiling the same model with Vela again."""
+    from edgeopt.delegates import engine
+
+    calls = []
+    real = engine.place_with_vela
+
+    def counted(content, **settings):
+        calls.append(len(content))
+        return real(content, **settings)
+
+    monkeypatch.setattr(engine, "place_with_vela", counted)
+    folder = hard_swish_model
+    result = run_cli("build", folder / "hs.keras", "--device", "ethos-u55-256", "--calib",
+                     folder / "calib.npz", "-o", folder / "ethos", "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    assert len(calls) == 1 and manifest["placement"]["delegated_ops"] > 0
+    shipped = (folder / "ethos" / "hs.tflite").read_bytes()
+    assert calls == [len(shipped)]  # Vela compiled the file that ships (metadata and all)
+
+
 def test_a_minimum_the_quantizer_leaves_in_float_no_longer_fails_an_edge_tpu_build(
         run_cli, tmp_path):
     import tensorflow as tf
