@@ -66,4 +66,4 @@ def finish(session, plan: QuantPlan, model: bytes, method: str, record: dict,
             session.warnings.append(float_ops_note(islands, str(config.scheme)))
     return QuantResult(model, fmt.name, str(config.scheme), method, report, plan.precisions(),
                        list(dict.fromkeys(session.warnings)), config.io_dtype, validation,
-                       search, range_records(plan, choices), islands)
+                       search, range_records(plan, choices), islands, session.rescue)

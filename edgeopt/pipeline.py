@@ -426,6 +426,8 @@ def _quantization_record(manifest: dict, quant) -> None:
         "layer_report": list(quant.layer_report)[:LAYER_REPORT_ROWS],
         "precision_per_layer": dict(quant.precision_per_layer or {}),
         "search": quant.search}
+    if quant.rescue is not None:
+        manifest["quantization"]["rescue"] = quant.rescue
     manifest["notes"] += [w for w in quant.warnings if w not in manifest["notes"]]
 
 
@@ -483,6 +485,7 @@ def _accuracy_notes(validation: Validation) -> list[str]:
     """Say so when compression cost more than it should; never hide a collapse."""
     notes = [f"collapsed, built anyway (--accept-collapsed): {line}"
              for line in validation.collapsed]
+    notes += [f"not validated: {line}" for line in validation.unjudged]
     for out in validation.outputs:
         if out.worst_sqnr_db < LOW_SQNR_DB and not out.collapse_lines():
             notes.append(f"output {out.name!r}: SQNR against the float model is "

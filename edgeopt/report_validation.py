@@ -38,7 +38,9 @@ def agreement_text(out: dict) -> str:
     return f"relative error {share(out.get('relative_error'))}"
 
 
-def _state(collapsed) -> str:
+def _state(collapsed, unjudged=None) -> str:
+    if unjudged:
+        return f"<b>not judged</b>: {esc(unjudged)}"
     return f'<b class="bad">collapsed</b>: {esc(collapsed)}' if collapsed else "ok"
 
 
@@ -54,7 +56,7 @@ def _output_rows(outputs: list[dict]) -> list[tuple]:
             rows.append((f"&nbsp;&nbsp;↳ {esc(where + role)}", "group", num(g["sqnr_db"]),
                          num(g["cosine"], 6), num(g["max_abs"]),
                          esc(f"float range [{num(g['float_min'])}, {num(g['float_max'])}]"),
-                         _state(g.get("collapsed"))))
+                         _state(g.get("collapsed"), g.get("unjudged"))))
     return rows
 
 

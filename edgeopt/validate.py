@@ -19,6 +19,13 @@ An output whose artifact values are constant while the float ones vary is *colla
 so is a values output or channel group below ``COLLAPSE_SQNR_DB``, a class output that
 gives every sample one class, a sequence whose decoded strings are all empty
 (`collapse_reason`). `check_collapsed` fails the build on it unless the user accepts it.
+
+A channel group whose float values are float32 round-off of the output they sit in (the
+wrist's z in a hand landmark model, ~1e-6 beside coordinates of +-200: zero by
+construction, what is left of a subtraction) is *not judged* (`unjudged_reason`): any
+int8 grid that holds the output rounds it to 0, which is what the float model means. It
+is named, kept out of the worst SQNR and not called a collapse. Class scores 0..1 next to
+boxes 0..320 are 3e-3 of the output, far above round-off: their collapse still fails.
 The pooled SQNR/cosine over all outputs is kept (``pooled_over`` says what it pools); it
 is a quality figure only for a single output of one scale.
 """
@@ -39,6 +46,9 @@ MAX_GROUP_AXIS = 256     # only channel-like axes (not spatial or anchor axes) a
 MAX_RUNS = 4             # a real channel layout splits into few contiguous groups
 PROBABILITY_TOL = 1e-3
 ONE_CLASS_SAMPLES = 16   # below this, one class for every sample can be chance, not collapse
+# float32 round-off: a part whose largest |value| is within a few float32 epsilons of the
+# output's largest holds no value the float model computed (2**-21 ~ 4.8e-7 relative)
+ROUNDOFF_RELATIVE = 4 * float(np.finfo(np.float32).eps)
 
 
 class CollapsedOutputError(ConversionError):
@@ -196,18 +206,31 @@ class ChannelGroup:
     cosine: float
     max_abs: float
     collapsed: str | None
+    unjudged: str | None = None   # why these figures cannot judge the artifact
 
 
 def _take(array: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
     return np.take(array, np.arange(start, end), axis=axis)
 
 
+def unjudged_reason(part: np.ndarray, whole: np.ndarray) -> str | None:
+    """Why `part` of the float output `whole` cannot judge the artifact, or None: its
+    largest |value| is float32 round-off of the output's largest (numerically zero)."""
+    peak, scale = float(np.max(np.abs(part))), float(np.max(np.abs(whole)))
+    if part.size == 0 or scale == 0 or peak > ROUNDOFF_RELATIVE * scale:
+        return None
+    return (f"numerically zero in the float model: its largest |value| {peak:.3g} is "
+            f"{peak / scale:.2g} of the output's largest ({scale:.4g}), float32 round-off; "
+            "not a collapse, and not validated")
+
+
 def _group(ref: np.ndarray, cand: np.ndarray, axis: int, span: tuple[int, int],
            role: str | None) -> ChannelGroup:
     r, c = _take(ref, axis, *span), _take(cand, axis, *span)
+    unjudged = unjudged_reason(r, ref)
     return ChannelGroup(axis, span[0], span[1], role, float(r.min()), float(r.max()),
                         sqnr_db(r, c), cosine_similarity(r, c), _max_abs(r, c),
-                        collapse_reason(r, c))
+                        None if unjudged else collapse_reason(r, c), unjudged)
 
 
 def _layout_groups(name: str, ref: np.ndarray, cand: np.ndarray,
@@ -309,9 +332,15 @@ class OutputFigures:
                   for g in self.groups if g.collapsed]
         return lines
 
+    def unjudged_lines(self) -> list[str]:
+        """One phrase per part whose figures cannot judge the artifact."""
+        return [f"output {self.name!r} channels {g.start}:{g.end}: {g.unjudged}"
+                for g in self.groups if g.unjudged]
+
     @property
     def worst_sqnr_db(self) -> float:
-        return min([self.sqnr_db, *(g.sqnr_db for g in self.groups)])
+        """The lowest SQNR of the output and its judged channel groups."""
+        return min([self.sqnr_db, *(g.sqnr_db for g in self.groups if not g.unjudged)])
 
 
 def output_figures(name: str, ref: np.ndarray, cand: np.ndarray, kind: str,
@@ -433,6 +462,10 @@ class Validation:
         return [line for out in self.outputs for line in out.collapse_lines()]
 
     @property
+    def unjudged(self) -> list[str]:
+        return [line for out in self.outputs for line in out.unjudged_lines()]
+
+    @property
     def pooled_is_honest(self) -> bool:
         """One output and no channel groups: the pooled figures describe the output."""
         return len(self.outputs) <= 1 and not any(o.groups for o in self.outputs)
@@ -448,6 +481,7 @@ class Validation:
     def to_json(self) -> dict:
         record = _clean(asdict(self))
         record["collapsed"] = self.collapsed
+        record["unjudged"] = self.unjudged
         return record
 
 
