@@ -152,6 +152,7 @@ class QuantResult:
     ranges: dict[str, dict] = field(default_factory=dict)
     float_ops: list[dict] | None = None  # full-integer schemes: ops the file runs in float
     rescue: dict | None = None  # an output that collapsed in int8, rescued: how
+    output_ops: list[str | None] | None = None  # the op computing each output (validate)
 
     def to_json(self) -> dict:
         return {"format": self.format, "scheme": self.scheme, "method": self.method,

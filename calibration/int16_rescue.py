@@ -72,19 +72,36 @@ def int16_segment(graph: CalibGraph, layer: str) -> list[str]:
     return found
 
 
+def output_ops(graph: CalibGraph) -> list[str | None]:
+    """The op computing each output of `graph`, past layout-only ops (a RESHAPE after a
+    LOGISTIC: the LOGISTIC fixes the output's grid); None for an input passed through."""
+    writer = {out: op for op in graph.ops for out in op.outputs}
+    found: list[str | None] = []
+    for tensor in graph.outputs:
+        op = writer.get(tensor)
+        while op is not None and op.op in LAYOUT_OPS and op.inputs and op.inputs[0] in writer:
+            op = writer[op.inputs[0]]
+        found.append(op.op if op is not None else None)
+    return found
+
+
 def finite_db(value: float) -> float | None:
     """A dB figure for the manifest: rounded, None when infinite (identical outputs)."""
     return round(float(value), 2) if np.isfinite(value) else None
 
 
 def output_state(reference: list[np.ndarray], outputs: list[np.ndarray],
+                 ops: list[str | None] | None = None,
                  ) -> tuple[int, list[float], list[int], list[int]]:
     """(collapsed parts, SQNR per output, outputs at risk: collapsed or below RISK_DB,
-    collapsed outputs)."""
-    validation = compare(reference, outputs)
+    collapsed outputs); `ops` as `output_ops` gives them. An output not judged on these
+    samples is not at risk."""
+    validation = compare(reference, outputs, ops=ops)
     lines = [len(out.collapse_lines()) for out in validation.outputs]
     sqnrs = [float(out.sqnr_db) for out in validation.outputs]
-    risky = [i for i, (n, q) in enumerate(zip(lines, sqnrs)) if n or q < RISK_DB]
+    judged = [not out.unjudged for out in validation.outputs]
+    risky = [i for i, (n, q, j) in enumerate(zip(lines, sqnrs, judged))
+             if j and (n or q < RISK_DB)]
     return sum(lines), sqnrs, risky, [i for i, n in enumerate(lines) if n]
 
 
@@ -117,7 +134,8 @@ def attempt(session, plan: QuantPlan, check, reference):
     """(model, plan, state) of `plan` written and run, or None if the runtime refuses it."""
     try:
         model, plan = write_checked(session, plan)
-        return model, plan, output_state(reference, session.fmt.run(model, check))
+        return model, plan, output_state(reference, session.fmt.run(model, check),
+                                         output_ops(session.fmt.graph))
     except RuntimeRejected:
         return None
 

@@ -28,6 +28,7 @@ from edgeopt.calibration.int16_rescue import (
     attempt,
     better,
     finite_db,
+    output_ops,
     output_state,
     rescue_int16,
 )
@@ -128,14 +129,15 @@ def rescue_collapsed(session, plan: QuantPlan, model: bytes, check: dict[str, np
     nothing collapses or nothing helps."""
     if plan.mode != Mode.STATIC or plan.activation_bits != 8:
         return model, plan
-    before = output_state(reference, session.fmt.run(model, check))
+    ops = output_ops(session.fmt.graph)
+    before = output_state(reference, session.fmt.run(model, check), ops)
     if not before[2]:
         return model, plan
     if session.fmt.int16_activations and session.config.int16_search:
         found = rescue_int16(session, plan, check, reference, before)
         if found is not None:
             model, plan = found
-            before = output_state(reference, session.fmt.run(model, check))
+            before = output_state(reference, session.fmt.run(model, check), ops)
     if not before[2] or not session.fmt.keeps_ops_float:
         return model, plan
     found = rescue_in_float(session, plan, check, reference, before)

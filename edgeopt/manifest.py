@@ -146,6 +146,9 @@ class OutputFigures:
     collapsed: str | None = _opt(description="why the artifact's values no longer follow the "
                                  "float ones (null: they do)")
     groups: list[ChannelGroupFigures] | None = None
+    unjudged: str | None = _opt(description="why these figures cannot judge the artifact "
+                                "(the held-out data does not exercise the output); null: "
+                                "they can")
 
 
 @dataclass(frozen=True)

@@ -310,9 +310,19 @@ def _rewrite_step(artifact: Artifact, config: BuildConfig, profile: DeviceProfil
 
     def validate(candidate: Artifact) -> Validation:
         return compare(reference, run_dataset(candidate.runner, evaluation.arrays),
-                       evaluation.labels, names, config.task_spec())
+                       evaluation.labels, names, config.task_spec(), output_ops(candidate))
 
     return improve(artifact, profile, float_outputs, validate, config.accuracy_budget, progress)
+
+
+def output_ops(artifact: Artifact) -> list[str | None] | None:
+    """The op computing each output, in the source model's output order (the runner pairs
+    them as the converter reordered them); None when the calibration core did not write it."""
+    ops = artifact.quant.output_ops if artifact.quant is not None else None
+    if not ops:
+        return None
+    order = getattr(artifact.runner, "output_order", None) or list(range(len(ops)))
+    return [ops[i] if i < len(ops) else None for i in order]
 
 
 def _artifact_specs(artifact: Artifact, workdir: Path) -> ModelHandle:
@@ -670,7 +680,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                  "samples")
         validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                              evaluation.labels, [o.name for o in handle.outputs],
-                             config.task_spec())
+                             config.task_spec(), output_ops(artifact))
         check_collapsed(validation, config.accept_collapsed)
         specs = _artifact_specs(artifact, workdir)
     progress(f"placing ops on {profile.delegate}")

@@ -49,7 +49,7 @@ def _output_rows(outputs: list[dict]) -> list[tuple]:
     for out in outputs:
         rows.append((f"<code>{esc(out['name'])}</code>", esc(out["kind"]), num(out["sqnr_db"]),
                      num(out["cosine"], 6), num(out["max_abs"]), esc(agreement_text(out)),
-                     _state(out.get("collapsed"))))
+                     _state(out.get("collapsed"), out.get("unjudged"))))
         for g in out.get("groups") or []:
             where = f"channels {g['start']}:{g['end']} (axis {g['axis']})"
             role = f", {g['role']}" if g.get("role") else ""

@@ -65,6 +65,7 @@ def output_rows(validation: dict) -> list[tuple[str, str]]:
     rows = []
     for out in validation.get("outputs") or []:
         state = f"; COLLAPSED: {out['collapsed']}" if out.get("collapsed") else ""
+        state += f"; not judged: {out['unjudged']}" if out.get("unjudged") else ""
         rows.append((f"output {out['name']}", f"{out['kind']}: SQNR {_db(out['sqnr_db'])}, "
                      f"cosine {_fmt(out['cosine'])}, {agreement_text(out)}{state}"))
         for g in out.get("groups") or []:
