@@ -8,13 +8,14 @@ levels, and the op stays on the accelerator. Elsewhere int16 buys nothing: the o
 the accelerator either way, and on the CPU LiteRT runs 16x8 on its reference kernels
 while float runs on XNNPACK. So an output that still collapses gets a *float tail*: the
 ops that compute it, nearest first, the first 1, 2, 4, ... of them kept float (weights
-too), until no output collapses on the check samples and those outputs reach
-`RISK_DB` (else the best tail found, kept only if it beats int8 as int16 must). As for
-int16, an output below RISK_DB on the check samples counts: they are calibration
-samples, and an output near the floor there collapses on held-out ones. A log-mel front
-end whose int8 power spectrum underflows to the log's floor is fixed this way. Every op
-of the tail is listed as a float island with the reason, the warning names them, and
-`--require-full-integer` still refuses the result.
+too), then bisected to the shortest tail after which no output collapses on the check
+samples and those outputs reach `RISK_DB` (else the best tail tried, kept only if it
+beats int8 as int16 must). As for int16, a values output below RISK_DB on the check
+samples counts: they are calibration samples, and an output near the floor there
+collapses on held-out ones. A log-mel front end whose int8 power spectrum underflows to
+the log's floor is fixed this way. Every op of the tail is listed as a float island with
+the reason, the warning names them, and `--require-full-integer` still refuses the
+result.
 """
 
 from __future__ import annotations
@@ -81,26 +82,42 @@ def _rank(state, risky: list[int]) -> tuple[int, float]:
 
 def rescue_in_float(session, plan: QuantPlan, check: dict[str, np.ndarray],
                     reference: list[np.ndarray], before) -> tuple[bytes, QuantPlan] | None:
-    """(model, plan) with the shortest float tail that fixes the outputs at risk (else the
-    best one found, if it beats `before` as int16 must), or None."""
+    """(model, plan) with the shortest float tail that fixes the outputs at risk (doubling,
+    then bisecting below the first tail that does; else the best one found, if it beats
+    `before` as int16 must), or None."""
     graph = session.fmt.graph
     risky = before[2]
     names = [graph.outputs[i] for i in risky]
     reason = FLOAT_REASON.format(outputs=", ".join(f"'{n}'" for n in names))
     tail = float_tail(graph, names)
-    best = None
+    tried: dict[int, tuple | None] = {}
+
+    def tail_of(size: int):
+        if size not in tried:
+            tried[size] = attempt(session, in_float(session, plan, tail[:size], reason),
+                                  check, reference)
+        return tried[size]
+
+    def fixes(size: int) -> bool:
+        found = tail_of(size)
+        return found is not None and _fixed(found[2], risky)
+
+    low, high = 0, None
     for size in tail_sizes(len(tail)):
-        found = attempt(session, in_float(session, plan, tail[:size], reason), check,
-                        reference)
-        if found is None:
-            continue
-        if best is None or _rank(found[2], risky) > _rank(best[2], risky):
-            best = (*found, size)
-        if _fixed(found[2], risky):
+        if fixes(size):
+            high = size
             break
+        low = size
+    while high is not None and high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if fixes(middle) else (middle, high)
+    if high is None:  # no tail fixes it: the best one, if better than int8
+        ranked = [(k, f) for k, f in tried.items() if f is not None]
+        high = max(ranked, key=lambda kf: _rank(kf[1][2], risky))[0] if ranked else None
+    best = tail_of(high) if high is not None else None
     if best is None or not better(before, best[2], risky):
         return None
-    _warn(session, before, best[2], risky, tail[:best[3]])
+    _warn(session, before, best[2], risky, tail[:high])
     return best[0], best[1]
 
 
