@@ -123,6 +123,13 @@ def rescue_in_float(session, plan: QuantPlan, check: dict[str, np.ndarray],
 
 def _warn(session, before, after, outputs: list[int], tensors: list[str]) -> None:
     names = ", ".join(f"'{t}'" for t in tensors[:4]) + (", ..." if len(tensors) > 4 else "")
+    total = len(session.fmt.graph.ops)
+    if 2 * len(tensors) > total:  # no longer a tail: say what the artifact has become
+        session.warnings.append(
+            f"the collapse rescue keeps {len(tensors)} of the model's {total} ops float: "
+            "the artifact is mostly a float model on the CPU, not an accelerator build; "
+            "--accept-collapsed ships the int8 model instead, --accuracy-budget searches "
+            "a mix for a quality target")
     session.warnings.append(
         f"{len(outputs)} output(s) collapsed in int8 or fell below {RISK_DB:.0f} dB SQNR on "
         f"the check samples: the last "
