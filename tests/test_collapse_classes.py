@@ -73,10 +73,15 @@ def test_a_log_power_front_end_that_underflows_in_int8_is_rescued_with_a_float_t
     assert any("kept float" in n and "runs no int16" in n for n in manifest["notes"])
 
 
-def _landmark_keras(path, presence_bias: float, presence_gain: float) -> None:
+def _images(count: int = 40) -> np.ndarray:
+    return np.random.default_rng(2).random((count, 16, 16, 3), dtype=np.float32)
+
+
+def _landmark_keras(path, images: np.ndarray, presence_gain: float,
+                    presence_bias: float | None) -> None:
     """image -> conv -> two heads: 63 landmark values (+-200; channel 2 scaled to ~1e-6, the
-    wrist's z) and a sigmoid presence score (weights times `presence_gain`, bias
-    `presence_bias`)."""
+    wrist's z) and a sigmoid presence score (weights times `presence_gain`; bias
+    `presence_bias`, or None: centred on `images`, so the score moves over (0, 1))."""
     import keras
 
     keras.utils.set_random_seed(0)
@@ -92,21 +97,19 @@ def _landmark_keras(path, presence_bias: float, presence_gain: float) -> None:
     kernel[:, 2] *= 1e-8
     bias[2] = 0.0
     head.set_weights([kernel, bias])
-    dense = model.get_layer("presence")
-    weights, _ = dense.get_weights()
-    dense.set_weights([weights * presence_gain, np.array([presence_bias], np.float32)])
+    weights = model.get_layer("presence").get_weights()[0] * presence_gain
+    if presence_bias is None:
+        features = keras.Model(image, x).predict(images, verbose=0)
+        presence_bias = -float(np.mean(features @ weights))
+    model.get_layer("presence").set_weights([weights, np.array([presence_bias], np.float32)])
     model.save(path)
-
-
-def _images(path, n: int = 40) -> None:
-    np.savez(path, image=np.random.default_rng(2).random((n, 16, 16, 3), dtype=np.float32))
 
 
 def test_round_off_and_an_unexercised_score_are_named_not_validated_and_not_collapses(
         run_cli, tmp_path):
     model, data, out = tmp_path / "hand.keras", tmp_path / "images.npz", tmp_path / "dist"
-    _landmark_keras(model, -12.0, 0.01)  # sigmoid(-12) = 6e-6: never a hand
-    _images(data)
+    _landmark_keras(model, _images(), 0.01, -12.0)  # sigmoid(-12) = 6e-6: never a hand
+    np.savez(data, image=_images())
     result = run_cli("build", model, "--device", "pixel-npu", "--calib", data, "-o", out)
     assert result.exit_code == 0, result.stderr
     v = _manifest(out)["validation"]
@@ -126,8 +129,8 @@ def test_round_off_and_an_unexercised_score_are_named_not_validated_and_not_coll
 
 def test_a_score_the_data_does_move_is_judged(run_cli, tmp_path):
     model, data, out = tmp_path / "hand.keras", tmp_path / "images.npz", tmp_path / "dist"
-    _landmark_keras(model, 0.0, 30.0)
-    _images(data)
+    _landmark_keras(model, _images(), 30.0, None)
+    np.savez(data, image=_images())
     result = run_cli("build", model, "--device", "pixel-npu", "--calib", data, "-o", out)
     assert result.exit_code == 0, result.stderr
     presence = _manifest(out)["validation"]["outputs"][1]
