@@ -45,13 +45,15 @@ def float_tail(graph: CalibGraph, outputs: list[str]) -> list[str]:
     (nearest first; an op is listed once)."""
     writer = {out: op for op in graph.ops for out in op.outputs}
     order: list[str] = []
+    seen: set[str] = set()
     frontier = list(outputs)
     while frontier:
         following = []
         for tensor in frontier:
             op = writer.get(tensor)
-            if op is None or op.outputs[0] in order:
+            if op is None or op.outputs[0] in seen:
                 continue
+            seen.add(op.outputs[0])
             order.append(op.outputs[0])
             following += [t for t in op.inputs if t in writer]
         frontier = following
@@ -90,6 +92,8 @@ def rescue_in_float(session, plan: QuantPlan, check: dict[str, np.ndarray],
     names = [graph.outputs[i] for i in risky]
     reason = FLOAT_REASON.format(outputs=", ".join(f"'{n}'" for n in names))
     tail = float_tail(graph, names)
+    if not tail:
+        return None
     tried: dict[int, tuple | None] = {}
 
     def tail_of(size: int):
