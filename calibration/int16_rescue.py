@@ -92,10 +92,10 @@ def finite_db(value: float) -> float | None:
 
 def output_state(reference: list[np.ndarray], outputs: list[np.ndarray],
                  ops: list[str | None] | None = None,
-                 ) -> tuple[int, list[float], list[int], list[int]]:
-    """(collapsed parts, SQNR per output, outputs at risk: collapsed, or values below RISK_DB,
-    collapsed outputs); `ops` as `output_ops` gives them. An output not judged on these
-    samples is not at risk."""
+                 ) -> tuple[int, list[float], list[int]]:
+    """(collapsed parts, SQNR per output, outputs at risk: collapsed, or values below
+    RISK_DB); `ops` as `output_ops` gives them. An output not judged on these samples is
+    not at risk."""
     validation = compare(reference, outputs, ops=ops)
     lines = [len(out.collapse_lines()) for out in validation.outputs]
     sqnrs = [float(out.sqnr_db) for out in validation.outputs]
@@ -103,7 +103,7 @@ def output_state(reference: list[np.ndarray], outputs: list[np.ndarray],
     near = [not out.unjudged and out.kind == "values" for out in validation.outputs]
     risky = [i for i, (n, q, v) in enumerate(zip(lines, sqnrs, near))
              if n or (v and q < RISK_DB)]
-    return sum(lines), sqnrs, risky, [i for i, n in enumerate(lines) if n]
+    return sum(lines), sqnrs, risky
 
 
 def widened(session, plan: QuantPlan, tensors) -> QuantPlan:
