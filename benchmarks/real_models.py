@@ -84,7 +84,7 @@ def _per_output(manifest: dict) -> list[dict]:
     validation = manifest.get("validation") or {}
     rows = validation.get("outputs") or []
     return [{k: row.get(k) for k in ("name", "sqnr_db", "cosine", "metric", "value",
-                                      "collapsed") if k in row} for row in rows]
+                                      "collapsed", "unjudged") if k in row} for row in rows]
 
 
 def _float_ops(manifest: dict) -> list | None:
@@ -252,6 +252,7 @@ def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit
         row["outputs"] = _per_output(manifest)
         row["float_ops"] = _float_ops(manifest)
         row["rewrites"] = _rewrites(manifest)
+        row["rescue"] = (manifest.get("quantization") or {}).get("rescue")
         artifact = _artifact(target, manifest)
         layout = (manifest.get("conversion") or {}).get("input_layout_changes")
         row["runtime"] = (runtime_check(artifact, calib, layout) if artifact
@@ -336,7 +337,7 @@ def table(record: dict) -> str:
              "|---|---|---|" + "---|" * len(STEPS) + "---|"]
     for name, m in record["models"].items():
         sqnrs = [o["sqnr_db"] for o in (m.get("pixel") or {}).get("outputs") or []
-                 if o.get("sqnr_db") is not None]
+                 if o.get("sqnr_db") is not None and not o.get("unjudged")]
         worst = f"{min(sqnrs):.1f} dB" if sqnrs else "—"
         lines.append(f"| {name} | {m['package']} | {m['task']} | "
                      + " | ".join(_cell(m.get(s)) for s in STEPS) + f" | {worst} |")

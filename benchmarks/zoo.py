@@ -503,14 +503,53 @@ def oww_embedding_inputs(e: Entry, n: int, seed: int) -> Inputs:
     return {e.inputs[0][0]: np.stack([mels[s:s + 76, :, None] for s in starts])}
 
 
+def _oww_embeddings(audio: np.ndarray) -> np.ndarray:
+    # one 96-wide embedding per 8 mel frames (80 ms), each from 76 frames (775 ms)
+    mels = _oww_mels(audio)
+    return np.stack([_oww_run("embedding_model", mels[s:s + 76, :, None][None])[0, 0, 0]
+                     for s in range(0, len(mels) - 76, 8)])
+
+
+def spoken(text: str, speed: int, voice: str, rate: int) -> np.ndarray | None:
+    """`text` read by espeak-ng (None without espeak-ng)."""
+    if not shutil.which("espeak-ng"):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "phrase.wav"
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(wav), text],
+                       check=True, capture_output=True)
+        return _read_wav(wav, rate)
+
+
+WAKE_VOICES = ("en", "en-us", "en-gb", "en+f3", "en-us+m3")
+
+
+def _wake_phrase_window(phrase: str, i: int, rng) -> np.ndarray | None:
+    """16 embeddings that end just after `phrase` (the moment a streaming detector reads
+    the score), spoken by one of WAKE_VOICES at one of several speeds after a pause."""
+    audio = spoken(phrase, 120 + 20 * (i % 4), WAKE_VOICES[i % len(WAKE_VOICES)], 16000)
+    if audio is None:
+        return None
+    pause = np.zeros(int(16000 * rng.uniform(0.8, 1.5)), np.float32)
+    tail = np.zeros(int(16000 * rng.uniform(0.05, 0.25)), np.float32)
+    embeddings = _oww_embeddings(np.concatenate([pause, audio, tail]))
+    return embeddings[-16:] if len(embeddings) >= 16 else None
+
+
 def oww_wakeword_inputs(e: Entry, n: int, seed: int) -> Inputs:
-    # 16 consecutive 96-wide embeddings (one per 8 mel frames, 80 ms) per prediction
+    # 16 consecutive 96-wide embeddings (one per 8 mel frames, 80 ms) per prediction.
+    # Every other sample ends on the model's own wake phrase (espeak-ng, as openWakeWord
+    # trains on synthetic speech): without positives the score never leaves ~1e-5, and
+    # neither calibration nor validation sees the output move.
     rng = np.random.default_rng(seed)
-    mels = _oww_mels(speech(16000))
-    embeddings = np.stack([_oww_run("embedding_model", mels[s:s + 76, :, None][None])[0, 0, 0]
-                           for s in range(0, len(mels) - 76, 8)])
+    embeddings = _oww_embeddings(speech(16000))
     starts = rng.integers(0, len(embeddings) - 16, size=n)
-    return {e.inputs[0][0]: np.stack([embeddings[s:s + 16] for s in starts])}
+    phrase = Path(e.relpath).stem.replace("_", " ")
+    windows = []
+    for i, s in enumerate(starts):
+        positive = _wake_phrase_window(phrase, i, rng) if i % 2 else None
+        windows.append(positive if positive is not None else embeddings[s:s + 16])
+    return {e.inputs[0][0]: np.stack(windows)}
 
 
 def basic_pitch_inputs(e: Entry, n: int, seed: int) -> Inputs:

@@ -60,6 +60,12 @@ class QuantFormat(Protocol):
         ...
 
     @property
+    def keeps_ops_float(self) -> bool:
+        """Whether the writer can keep single ops without weights float in an int8 model
+        (`QuantPlan.keep_float`)."""
+        ...
+
+    @property
     def float_model(self) -> bytes:
         """The float model the plans apply to."""
         ...

@@ -151,6 +151,8 @@ class QuantResult:
     search: dict | None = None
     ranges: dict[str, dict] = field(default_factory=dict)
     float_ops: list[dict] | None = None  # full-integer schemes: ops the file runs in float
+    rescue: dict | None = None  # an output that collapsed in int8, rescued: how
+    output_ops: list[str | None] | None = None  # the op computing each output (validate)
 
     def to_json(self) -> dict:
         return {"format": self.format, "scheme": self.scheme, "method": self.method,
@@ -158,4 +160,4 @@ class QuantResult:
                 "precision_per_layer": self.precision_per_layer,
                 "validation": self.validation, "search": self.search,
                 "layer_report": self.layer_report, "float_ops": self.float_ops,
-                "warnings": self.warnings}
+                "rescue": self.rescue, "warnings": self.warnings}

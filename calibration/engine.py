@@ -2,7 +2,8 @@
 
     check data -> precisions -> one capture pass -> ranges -> weights -> plan
       -> (auto: candidates scored by the runtime) -> write + runtime check (fallbacks)
-      -> collapsed outputs: int16 activations on the ops feeding them
+      -> collapsed outputs: int16 on the ops feeding them (where the device runs
+         int16), else a float tail (calibration/rescue.py)
       -> validation -> layer report -> (accuracy budget: precision search)
 
     >>> fmt = open_format("tflite", float_tflite_bytes)                  # doctest: +SKIP
@@ -22,10 +23,10 @@ from edgeopt.calibration.data_checks import check_calibration
 from edgeopt.calibration.describe import describe_method
 from edgeopt.calibration.fallback import write_checked
 from edgeopt.calibration.finish import finish
-from edgeopt.calibration.int16_rescue import rescue_collapsed
 from edgeopt.calibration.measured import choose_ranges, keep_bias_correction_if_it_helps
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.precision import assign_precisions
+from edgeopt.calibration.rescue import rescue_collapsed
 from edgeopt.calibration.selection import output_sqnr
 from edgeopt.calibration.session import Progress, Session, check_data, open_format
 

@@ -7,6 +7,7 @@ import numpy as np
 from edgeopt.calibration.backend import QuantFormat
 from edgeopt.calibration.config import QuantResult
 from edgeopt.calibration.describe import describe_search
+from edgeopt.calibration.int16_rescue import output_ops
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.report import layer_report
 from edgeopt.calibration.search import search_precisions
@@ -19,7 +20,8 @@ def validate(fmt: QuantFormat, model: bytes, data: dict[str, np.ndarray], labels
              reference: list[np.ndarray] | None = None) -> dict:
     """The artifact run by the real runtime against the float model on `data`."""
     reference = reference if reference is not None else fmt.run(fmt.float_model, data)
-    record = compare(reference, fmt.run(model, data), labels).to_json()
+    record = compare(reference, fmt.run(model, data), labels,
+                     ops=output_ops(fmt.graph)).to_json()
     record["runtime"] = fmt.runtime
     return record
 
@@ -66,4 +68,5 @@ def finish(session, plan: QuantPlan, model: bytes, method: str, record: dict,
             session.warnings.append(float_ops_note(islands, str(config.scheme)))
     return QuantResult(model, fmt.name, str(config.scheme), method, report, plan.precisions(),
                        list(dict.fromkeys(session.warnings)), config.io_dtype, validation,
-                       search, range_records(plan, choices), islands)
+                       search, range_records(plan, choices), islands, session.rescue,
+                       output_ops(fmt.graph))

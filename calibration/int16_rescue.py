@@ -6,9 +6,10 @@ steps, and the output collapses (`validate.collapse_reason`). int16 activations 
 same tensor 256x the levels with the same int8 weights (TFLite's 16x8 kernels). Before a
 collapsed output fails the build, the ops from the last computing op to that output
 (through layout-only ops) are moved to int16; the change is kept when fewer outputs
-collapse, and the warning names the ops.
+collapse, and the warning names the ops. `calibration.rescue` decides when (where the
+device runs int16) and what follows (a float tail).
 
-    >>> model, plan = rescue_collapsed(session, plan, model, check, reference)  # doctest: +SKIP
+    >>> found = rescue_int16(session, plan, check, reference, before)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -71,13 +72,37 @@ def int16_segment(graph: CalibGraph, layer: str) -> list[str]:
     return found
 
 
+def output_ops(graph: CalibGraph) -> list[str | None]:
+    """The op computing each output of `graph`, past layout-only ops (a RESHAPE after a
+    LOGISTIC: the LOGISTIC fixes the output's grid); None for an input passed through."""
+    writer = {out: op for op in graph.ops for out in op.outputs}
+    found: list[str | None] = []
+    for tensor in graph.outputs:
+        op = writer.get(tensor)
+        while op is not None and op.op in LAYOUT_OPS and op.inputs and op.inputs[0] in writer:
+            op = writer[op.inputs[0]]
+        found.append(op.op if op is not None else None)
+    return found
+
+
+def finite_db(value: float) -> float | None:
+    """A dB figure for the manifest: rounded, None when infinite (identical outputs)."""
+    return round(float(value), 2) if np.isfinite(value) else None
+
+
 def output_state(reference: list[np.ndarray], outputs: list[np.ndarray],
+                 ops: list[str | None] | None = None,
                  ) -> tuple[int, list[float], list[int]]:
-    """(collapsed parts, SQNR per output, outputs at risk: collapsed or below RISK_DB)."""
-    validation = compare(reference, outputs)
+    """(collapsed parts, SQNR per output, outputs at risk: collapsed, or values below
+    RISK_DB); `ops` as `output_ops` gives them. An output not judged on these samples is
+    not at risk."""
+    validation = compare(reference, outputs, ops=ops)
     lines = [len(out.collapse_lines()) for out in validation.outputs]
     sqnrs = [float(out.sqnr_db) for out in validation.outputs]
-    risky = [i for i, (n, q) in enumerate(zip(lines, sqnrs)) if n or q < RISK_DB]
+    # a class or CTC output can lose SQNR and keep its top-1: only its collapse counts
+    near = [not out.unjudged and out.kind == "values" for out in validation.outputs]
+    risky = [i for i, (n, q, v) in enumerate(zip(lines, sqnrs, near))
+             if n or (v and q < RISK_DB)]
     return sum(lines), sqnrs, risky
 
 
@@ -100,44 +125,42 @@ def in_int16(session, plan: QuantPlan, tensors: list[str]) -> QuantPlan:
     return widened(session, plan.with_layers(layers).in_int16(others), tensors)
 
 
-def _better(before, after, risky: list[int]) -> bool:
+def better(before, after, risky: list[int]) -> bool:
     if after[0] != before[0]:
         return after[0] < before[0]
     return min(after[1][i] for i in risky) >= min(before[1][i] for i in risky) + GAIN_DB
 
 
-def _attempt(session, plan: QuantPlan, check, reference):
+def attempt(session, plan: QuantPlan, check, reference):
     """(model, plan, state) of `plan` written and run, or None if the runtime refuses it."""
     try:
         model, plan = write_checked(session, plan)
-        return model, plan, output_state(reference, session.fmt.run(model, check))
+        return model, plan, output_state(reference, session.fmt.run(model, check),
+                                         output_ops(session.fmt.graph))
     except RuntimeRejected:
         return None
 
 
-def rescue_collapsed(session, plan: QuantPlan, model: bytes, check: dict[str, np.ndarray],
-                     reference: list[np.ndarray]) -> tuple[bytes, QuantPlan]:
+def rescue_int16(session, plan: QuantPlan, check: dict[str, np.ndarray],
+                 reference: list[np.ndarray], before) -> tuple[bytes, QuantPlan] | None:
     """(model, plan), with int16 activations where they help outputs that collapse (or
-    nearly) in int8: first on the ops feeding them, else on every op; unchanged when
-    neither helps."""
+    nearly) in int8 (`before`: `output_state` of the int8 model): first on the ops
+    feeding them, else on every op; None when neither helps."""
     if plan.mode != Mode.STATIC or plan.activation_bits != 8 or \
             not session.fmt.int16_activations:
-        return model, plan
-    before = output_state(reference, session.fmt.run(model, check))
+        return None
     risky = before[2]
-    if not risky:
-        return model, plan
     graph = session.fmt.graph
     tensors = list(dict.fromkeys(t for i in risky
                                  for t in feeding_ops(graph, graph.outputs[i])))
     for candidate, where, corrected in _candidates(session, plan, tensors):
-        found = _attempt(session, candidate, check, reference)
-        if found is not None and _better(before, found[2], risky):
+        found = attempt(session, candidate, check, reference)
+        if found is not None and better(before, found[2], risky):
             _warn(session, before, found[2], risky, where, tensors)
             if corrected:
                 session.bias_correction = None
             return found[0], found[1]
-    return model, plan
+    return None
 
 
 def _candidates(session, plan: QuantPlan, tensors: list[str]):
@@ -166,3 +189,9 @@ def _warn(session, before, after, risky: list[int], where: str, tensors: list[st
         f"collapsed parts {before[0]} -> {after[0]}, worst SQNR of those outputs "
         f"{min(before[1][i] for i in risky):.1f} -> {min(after[1][i] for i in risky):.1f} dB. "
         f"{CPU_NOTE}")
+    session.rescue = {"precision": "int16", "outputs": [session.fmt.graph.outputs[i]
+                                                        for i in risky],
+                      "ops": list(tensors), "collapsed_before": before[0],
+                      "collapsed_after": after[0],
+                      "sqnr_db_before": finite_db(min(before[1][i] for i in risky)),
+                      "sqnr_db_after": finite_db(min(after[1][i] for i in risky))}

@@ -34,6 +34,7 @@ class OnnxFormat:
     runtime = "onnxruntime (CPU)"
     int4_modes = (Mode.STATIC, Mode.WEIGHT_ONLY)   # quantize_dynamic has no int4
     int16_activations = False  # the QDQ writer has one activation type for the whole model
+    keeps_ops_float = False  # the QDQ writer keeps no op float by name (plan.keep_float)
 
     def __init__(self, model: bytes | str | Path, num_threads: int | None = None):
         source = _read(model)

@@ -44,6 +44,7 @@ class Session:
     fallbacks: list[dict] = field(default_factory=list)
     progress: Progress = lambda _msg: None
     bias_correction: bool | None = None   # None: as the config says
+    rescue: dict | None = None  # a collapsed output rescued: how (manifest quantization.rescue)
 
     def replan(self, name: str, precision: Precision) -> LayerPlan:
         """The plan of one layer at another precision (weights re-quantized). A weight

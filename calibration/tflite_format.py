@@ -25,6 +25,7 @@ class TFLiteFormat:
     runtime = "LiteRT interpreter"
     int4_modes = (Mode.STATIC, Mode.WEIGHT_ONLY, Mode.DYNAMIC)
     int16_activations = True   # ai-edge-quantizer's 16x8 rules, requantized at the seams
+    keeps_ops_float = True     # NO_QUANTIZE rules per op (plan.keep_float)
 
     def __init__(self, float_model: bytes, num_threads: int | None = None):
         self.float_model = bytes(float_model)

@@ -119,6 +119,8 @@ class ChannelGroupFigures:
     max_abs: float | None
     collapsed: str | None = _opt(description="why the artifact's values no longer follow the "
                                  "float ones (null: they do)")
+    unjudged: str | None = _opt(description="why these figures cannot judge the artifact "
+                                "(numerically zero in the float model); null: they can")
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,9 @@ class OutputFigures:
     collapsed: str | None = _opt(description="why the artifact's values no longer follow the "
                                  "float ones (null: they do)")
     groups: list[ChannelGroupFigures] | None = None
+    unjudged: str | None = _opt(description="why these figures cannot judge the artifact "
+                                "(the held-out data does not exercise the output); null: "
+                                "they can")
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,9 @@ class Validation:
     outputs: list[OutputFigures] | None = None
     task: TaskFigure | None = None
     collapsed: list[str] | None = _opt(description="collapsed outputs and channel groups")
+    unjudged: list[str] | None = _opt(description="outputs and channel groups the held-out "
+                                      "figures cannot judge, and why: not collapses, not "
+                                      "validated either")
     accepted_collapsed: bool | None = _opt(description="--accept-collapsed: built anyway")
 
 
@@ -357,6 +365,21 @@ class FloatOp:
 
 
 @dataclass(frozen=True)
+class Rescue:
+    """Outputs that collapsed (or nearly) in int8 and what the build changed to rescue them:
+    int16 activations where the device runs 16x8, else a float tail (calibration/rescue)."""
+
+    precision: Literal["int16", "float"]
+    outputs: list[str] = field(metadata={"description": "the outputs rescued"})
+    ops: list[str] = field(metadata={"description": "output tensors of the ops changed"})
+    collapsed_before: int = field(metadata=NON_NEGATIVE)
+    collapsed_after: int = field(metadata=NON_NEGATIVE)
+    sqnr_db_before: float | None = _opt(description="worst SQNR of those outputs on the "
+                                        "check samples, before")
+    sqnr_db_after: float | None = _opt(description="the same, after")
+
+
+@dataclass(frozen=True)
 class Quantization:
     """The calibration core's layer report, per-layer precision and accuracy-budget search."""
 
@@ -367,6 +390,8 @@ class Quantization:
                                  "mixes tried (keys vary with the outcome)"})
     float_ops: list[FloatOp] | None = _opt(description="full-integer schemes: every op the "
                                            "written file runs in float (empty: none)")
+    rescue: Rescue | None = _opt(description="an output collapsed in int8 and the build "
+                                 "rescued it (absent: none did)")
 
 
 @dataclass(frozen=True)

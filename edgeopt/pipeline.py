@@ -339,10 +339,20 @@ def _rewrite_step(artifact: Artifact, config: BuildConfig, profile: DeviceProfil
 
     def validate(candidate: Artifact) -> Validation:
         return compare(reference, run_dataset(candidate.runner, evaluation.arrays),
-                       evaluation.labels, names, config.task_spec())
+                       evaluation.labels, names, config.task_spec(), output_ops(candidate))
 
     return improve(artifact, profile, float_outputs, validate, config.accuracy_budget, progress,
                    finish)
+
+
+def output_ops(artifact: Artifact) -> list[str | None] | None:
+    """The op computing each output, in the source model's output order (the runner pairs
+    them as the converter reordered them); None when the calibration core did not write it."""
+    ops = artifact.quant.output_ops if artifact.quant is not None else None
+    if not ops:
+        return None
+    order = getattr(artifact.runner, "output_order", None) or list(range(len(ops)))
+    return [ops[i] if i < len(ops) else None for i in order]
 
 
 def _artifact_specs(artifact: Artifact, workdir: Path) -> ModelHandle:
@@ -459,6 +469,8 @@ def _quantization_record(manifest: dict, quant) -> None:
         "layer_report": list(quant.layer_report)[:LAYER_REPORT_ROWS],
         "precision_per_layer": dict(quant.precision_per_layer or {}),
         "search": quant.search}
+    if quant.rescue is not None:
+        manifest["quantization"]["rescue"] = quant.rescue
     manifest["notes"] += [w for w in quant.warnings if w not in manifest["notes"]]
 
 
@@ -516,6 +528,7 @@ def _accuracy_notes(validation: Validation) -> list[str]:
     """Say so when compression cost more than it should; never hide a collapse."""
     notes = [f"collapsed, built anyway (--accept-collapsed): {line}"
              for line in validation.collapsed]
+    notes += [f"not validated: {line}" for line in validation.unjudged]
     for out in validation.outputs:
         if out.worst_sqnr_db < LOW_SQNR_DB and not out.collapse_lines():
             notes.append(f"output {out.name!r}: SQNR against the float model is "
@@ -699,7 +712,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                      "samples")
             validation = compare(reference, run_dataset(artifact.runner, evaluation.arrays),
                                  evaluation.labels, [o.name for o in handle.outputs],
-                                 config.task_spec())
+                                 config.task_spec(), output_ops(artifact))
         check_collapsed(validation, config.accept_collapsed)
         specs = _artifact_specs(artifact, workdir)
     progress(f"placing ops on {profile.delegate}")

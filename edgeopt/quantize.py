@@ -261,7 +261,8 @@ def _validated(result: QuantResult, float_model: bytes, arrays: dict, labels, ha
     names = list(arrays)
     reference = run_dataset(_runner(float_model, result.format, names), arrays)
     outputs = run_dataset(_runner(result.model, result.format, names), arrays)
-    validation = compare(reference, outputs, labels, _output_names(reference, handle), task)
+    validation = compare(reference, outputs, labels, _output_names(reference, handle), task,
+                         result.output_ops)
     check_collapsed(validation, task.accept_collapsed)
     record = {**(result.validation or {}), **validation.to_json()}
     if validation.collapsed:

@@ -38,7 +38,9 @@ def agreement_text(out: dict) -> str:
     return f"relative error {share(out.get('relative_error'))}"
 
 
-def _state(collapsed) -> str:
+def _state(collapsed, unjudged=None) -> str:
+    if unjudged:
+        return f"<b>not judged</b>: {esc(unjudged)}"
     return f'<b class="bad">collapsed</b>: {esc(collapsed)}' if collapsed else "ok"
 
 
@@ -47,14 +49,14 @@ def _output_rows(outputs: list[dict]) -> list[tuple]:
     for out in outputs:
         rows.append((f"<code>{esc(out['name'])}</code>", esc(out["kind"]), num(out["sqnr_db"]),
                      num(out["cosine"], 6), num(out["max_abs"]), esc(agreement_text(out)),
-                     _state(out.get("collapsed"))))
+                     _state(out.get("collapsed"), out.get("unjudged"))))
         for g in out.get("groups") or []:
             where = f"channels {g['start']}:{g['end']} (axis {g['axis']})"
             role = f", {g['role']}" if g.get("role") else ""
             rows.append((f"&nbsp;&nbsp;↳ {esc(where + role)}", "group", num(g["sqnr_db"]),
                          num(g["cosine"], 6), num(g["max_abs"]),
                          esc(f"float range [{num(g['float_min'])}, {num(g['float_max'])}]"),
-                         _state(g.get("collapsed"))))
+                         _state(g.get("collapsed"), g.get("unjudged"))))
     return rows
 
 

@@ -65,11 +65,13 @@ def output_rows(validation: dict) -> list[tuple[str, str]]:
     rows = []
     for out in validation.get("outputs") or []:
         state = f"; COLLAPSED: {out['collapsed']}" if out.get("collapsed") else ""
+        state += f"; not judged: {out['unjudged']}" if out.get("unjudged") else ""
         rows.append((f"output {out['name']}", f"{out['kind']}: SQNR {_db(out['sqnr_db'])}, "
                      f"cosine {_fmt(out['cosine'])}, {agreement_text(out)}{state}"))
         for g in out.get("groups") or []:
             role = f" {g['role']}" if g.get("role") else ""
             state = f"; COLLAPSED: {g['collapsed']}" if g.get("collapsed") else ""
+            state += f"; not judged: {g['unjudged']}" if g.get("unjudged") else ""
             rows.append((f"  {g['start']}:{g['end']}{role}",
                          f"[{g['float_min']:.3g}, {g['float_max']:.3g}]: SQNR "
                          f"{_db(g['sqnr_db'])}, cosine {_fmt(g['cosine'])}{state}"))

@@ -19,6 +19,17 @@ An output whose artifact values are constant while the float ones vary is *colla
 so is a values output or channel group below ``COLLAPSE_SQNR_DB``, a class output that
 gives every sample one class, a sequence whose decoded strings are all empty
 (`collapse_reason`). `check_collapsed` fails the build on it unless the user accepts it.
+
+A channel group whose float values are float32 round-off of the output they sit in (the
+wrist's z in a hand landmark model, ~1e-6 beside coordinates of +-200: zero by
+construction, what is left of a subtraction) is *not judged* (`unjudged_reason`): any
+int8 grid that holds the output rounds it to 0, which is what the float model means. It
+is named, kept out of the worst SQNR and not called a collapse. Class scores 0..1 next to
+boxes 0..320 are 3e-3 of the output, far above round-off: their collapse still fails.
+So is an output the held-out data does not exercise: one whose op fixes its int8 grid
+(LOGISTIC and SOFTMAX write [0, 1] in steps of 1/256, TANH [-1, 1] in 1/128), whose float
+values stay within one step and the artifact's within one step of them (a wake-word score
+of 1e-5 on audio without the wake word reads 0). Those figures say nothing either way.
 The pooled SQNR/cosine over all outputs is kept (``pooled_over`` says what it pools); it
 is a quality figure only for a single output of one scale.
 """
@@ -39,6 +50,13 @@ MAX_GROUP_AXIS = 256     # only channel-like axes (not spatial or anchor axes) a
 MAX_RUNS = 4             # a real channel layout splits into few contiguous groups
 PROBABILITY_TOL = 1e-3
 ONE_CLASS_SAMPLES = 16   # below this, one class for every sample can be chance, not collapse
+# float32 round-off: a part whose largest |value| is within a few float32 epsilons of the
+# output's largest holds no value the float model computed (2**-21 ~ 4.8e-7 relative)
+ROUNDOFF_RELATIVE = 4 * float(np.finfo(np.float32).eps)
+# ops whose int8 output grid the op fixes (not calibration): (range, step)
+FIXED_GRIDS = {"LOGISTIC": ("[0, 1]", 1 / 256), "SOFTMAX": ("[0, 1]", 1 / 256),
+               "TANH": ("[-1, 1]", 1 / 128), "Sigmoid": ("[0, 1]", 1 / 256),
+               "Softmax": ("[0, 1]", 1 / 256), "Tanh": ("[-1, 1]", 1 / 128)}
 
 
 class CollapsedOutputError(ConversionError):
@@ -196,18 +214,48 @@ class ChannelGroup:
     cosine: float
     max_abs: float
     collapsed: str | None
+    unjudged: str | None = None   # why these figures cannot judge the artifact
 
 
 def _take(array: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
     return np.take(array, np.arange(start, end), axis=axis)
 
 
+def unjudged_reason(part: np.ndarray, whole: np.ndarray) -> str | None:
+    """Why `part` of the float output `whole` cannot judge the artifact, or None: its
+    largest |value| is float32 round-off of the output's largest (numerically zero)."""
+    peak, scale = float(np.max(np.abs(part))), float(np.max(np.abs(whole)))
+    if part.size == 0 or scale == 0 or peak > ROUNDOFF_RELATIVE * scale:
+        return None
+    return (f"numerically zero in the float model: its largest |value| {peak:.3g} is "
+            f"{peak / scale:.2g} of the output's largest ({scale:.4g}), float32 round-off; "
+            "not a collapse, and not validated")
+
+
+def unexercised_reason(reference: np.ndarray, candidate: np.ndarray,
+                       op: str | None) -> str | None:
+    """Why an output of `op` cannot be judged on these samples, or None: the op fixes its
+    int8 grid, the float values move less than one step of it, and the artifact stays
+    within one step of them."""
+    if op not in FIXED_GRIDS or reference.size == 0:
+        return None
+    span, step = FIXED_GRIDS[op]
+    ref = reference.astype(np.float64)
+    if np.ptp(ref) > step or _max_abs(ref, candidate) > step:
+        return None
+    return (f"not exercised by the held-out data: the float output stays in "
+            f"[{ref.min():.3g}, {ref.max():.3g}], within one step ({step:.3g}) of the fixed "
+            f"{span} int8 grid its {op} writes, and the artifact within one step of it; not "
+            "a collapse, and not validated")
+
+
 def _group(ref: np.ndarray, cand: np.ndarray, axis: int, span: tuple[int, int],
            role: str | None) -> ChannelGroup:
     r, c = _take(ref, axis, *span), _take(cand, axis, *span)
+    unjudged = unjudged_reason(r, ref)
     return ChannelGroup(axis, span[0], span[1], role, float(r.min()), float(r.max()),
                         sqnr_db(r, c), cosine_similarity(r, c), _max_abs(r, c),
-                        collapse_reason(r, c))
+                        None if unjudged else collapse_reason(r, c), unjudged)
 
 
 def _layout_groups(name: str, ref: np.ndarray, cand: np.ndarray,
@@ -300,6 +348,7 @@ class OutputFigures:
     blank_index: int | None = None
     collapsed: str | None = None
     groups: tuple[ChannelGroup, ...] = ()
+    unjudged: str | None = None   # why these figures cannot judge the artifact
 
     def collapse_lines(self) -> list[str]:
         """One phrase per collapsed part: the output itself, or a channel group of it."""
@@ -309,14 +358,25 @@ class OutputFigures:
                   for g in self.groups if g.collapsed]
         return lines
 
+    def unjudged_lines(self) -> list[str]:
+        """One phrase per part whose figures cannot judge the artifact."""
+        lines = [f"output {self.name!r}: {self.unjudged}"] if self.unjudged else []
+        return lines + [f"output {self.name!r} channels {g.start}:{g.end}: {g.unjudged}"
+                        for g in self.groups if g.unjudged]
+
     @property
     def worst_sqnr_db(self) -> float:
-        return min([self.sqnr_db, *(g.sqnr_db for g in self.groups)])
+        """The lowest SQNR of the output and its judged channel groups (+inf when the
+        output itself is not judged)."""
+        if self.unjudged:
+            return float("inf")
+        return min([self.sqnr_db, *(g.sqnr_db for g in self.groups if not g.unjudged)])
 
 
 def output_figures(name: str, ref: np.ndarray, cand: np.ndarray, kind: str,
-                   task: TaskSpec = NO_TASK) -> OutputFigures:
-    """Every figure of one output (see the module docstring for the metric by kind)."""
+                   task: TaskSpec = NO_TASK, op: str | None = None) -> OutputFigures:
+    """Every figure of one output (see the module docstring for the metric by kind);
+    `op`: the op that computes it, when known (FIXED_GRIDS)."""
     ref64, cand = ref.astype(np.float64), cand.astype(np.float64)
     extra: dict = {}
     if kind == "classes":
@@ -326,11 +386,13 @@ def output_figures(name: str, ref: np.ndarray, cand: np.ndarray, kind: str,
                      string_match=string_match(ref64, cand, task.blank_index))
     groups = tuple(channel_groups(name, ref64, cand, task)) if kind == "values" else ()
     mean_abs = float(np.mean(np.abs(ref64 - cand))) if ref.size else 0.0
+    unjudged = unexercised_reason(ref64, cand, op)
     return OutputFigures(name, kind, len(ref), sqnr_db(ref64, cand),
                          cosine_similarity(ref64, cand), _max_abs(ref64, cand), mean_abs,
                          relative_error(ref64, cand),
-                         collapsed=collapse_reason(ref64, cand, kind, task.blank_index),
-                         groups=groups, **extra)
+                         collapsed=None if unjudged else collapse_reason(
+                             ref64, cand, kind, task.blank_index),
+                         groups=groups, unjudged=unjudged, **extra)
 
 
 # --- the task metric -------------------------------------------------------------------
@@ -433,13 +495,18 @@ class Validation:
         return [line for out in self.outputs for line in out.collapse_lines()]
 
     @property
+    def unjudged(self) -> list[str]:
+        return [line for out in self.outputs for line in out.unjudged_lines()]
+
+    @property
     def pooled_is_honest(self) -> bool:
         """One output and no channel groups: the pooled figures describe the output."""
         return len(self.outputs) <= 1 and not any(o.groups for o in self.outputs)
 
     @property
     def worst_sqnr_db(self) -> float:
-        return min([o.worst_sqnr_db for o in self.outputs] or [self.sqnr_db])
+        judged = [o.worst_sqnr_db for o in self.outputs if not o.unjudged]
+        return min(judged or [self.sqnr_db])
 
     def accuracy_json(self) -> dict:
         return {"metric": self.metric, "reference": _finite(self.reference),
@@ -448,6 +515,7 @@ class Validation:
     def to_json(self) -> dict:
         record = _clean(asdict(self))
         record["collapsed"] = self.collapsed
+        record["unjudged"] = self.unjudged
         return record
 
 
@@ -485,21 +553,25 @@ def _headline(figures: list[OutputFigures], task: TaskFigure | None, labels,
     if agreement is not None:
         return "top1_agreement", 1.0, agreement, agreement - 1.0, agreement
     if len(figures) > 1 or any(f.groups for f in figures):
-        return "min_output_sqnr_db", None, min(f.worst_sqnr_db for f in figures), None, None
+        judged = [f.worst_sqnr_db for f in figures if not f.unjudged] or [pooled]
+        return "min_output_sqnr_db", None, min(judged), None, None
     return "sqnr_db", None, pooled, None, None
 
 
 def compare(reference: list[np.ndarray], candidate: list[np.ndarray],
             labels: np.ndarray | None = None, names: list[str] | None = None,
-            task: TaskSpec = NO_TASK) -> Validation:
-    """Per-output figures (in source output order), the task metric and the pooled SQNR."""
+            task: TaskSpec = NO_TASK, ops: list[str | None] | None = None) -> Validation:
+    """Per-output figures (in source output order), the task metric and the pooled SQNR;
+    `ops`: the op computing each output, when known (an output of a fixed-grid op the
+    samples do not exercise is not judged)."""
     names = list(names) if names else [f"output_{i}" for i in range(len(reference))]
     task.check_outputs(names)
     task_index = task_output_index(reference, names, task)
     kinds = [output_kind(r, i, len(reference), labels is not None, task, task_index, n)
              for i, (n, r) in enumerate(zip(names, reference))]
-    figures = [output_figures(n, r, c, k, task)
-               for n, r, c, k in zip(names, reference, candidate, kinds)]
+    ops = list(ops) if ops else [None] * len(reference)
+    figures = [output_figures(n, r, c, k, task, op)
+               for n, r, c, k, op in zip(names, reference, candidate, kinds, ops)]
     ref_all = np.concatenate([r.astype(np.float64).ravel() for r in reference])
     cand_all = np.concatenate([c.astype(np.float64).ravel() for c in candidate])
     pooled = sqnr_db(ref_all, cand_all)

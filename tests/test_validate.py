@@ -78,6 +78,48 @@ def test_collapsed_scores_hide_behind_a_good_pooled_sqnr_but_not_per_group():
     check_collapsed(record, accept=True)  # the user accepted it
 
 
+def _landmarks(rng, n=4, points=21):
+    """A MediaPipe-style [N, 3 * points] landmark output: x, y, z per point, +-200, and
+    the wrist's z (channel 2) float32 round-off of a subtraction (~1e-6): zero by design."""
+    out = rng.uniform(-200, 200, (n, points * 3))
+    out[:, 2] = rng.uniform(-4.7e-6, -3.7e-6, n)
+    return out.astype(np.float32)
+
+
+def test_round_off_next_to_large_values_is_not_judged_and_not_a_collapse():
+    rng = np.random.default_rng(3)
+    ref = _landmarks(rng)
+    cand = ref + rng.normal(0, 0.5, ref.shape).astype(np.float32)
+    cand[:, 2] = 0.0  # what any int8 grid holding +-200 makes of the round-off
+    presence = rng.uniform(0, 1, (len(ref), 1)).astype(np.float32)  # the model's 2nd output
+    record = compare([ref, presence], [cand, presence], None, ["Identity", "Identity_1"])
+    out = record.outputs[0]
+    zero = [g for g in out.groups if (g.start, g.end) == (2, 3)]
+    assert zero and zero[0].collapsed is None and "float32 round-off" in zero[0].unjudged
+    assert not record.collapsed and record.unjudged == [
+        f"output 'Identity' channels 2:3: {zero[0].unjudged}"]
+    assert out.worst_sqnr_db > 30  # the unjudged group's -inf-ish SQNR is not the worst
+    check_collapsed(record)
+    assert parse(ManifestValidation, {**record.to_json(), "runtime": "test"})
+
+
+def test_small_scores_beside_boxes_are_far_above_round_off_and_still_collapse():
+    # issue 20 item 8: boxes 0..320 and scores 0..1 in one output; scores all 0 in int8.
+    # Even scores that never pass 0.01 (3e-5 of the boxes) are values the model computed.
+    rng = np.random.default_rng(4)
+    for peak in (1.0, 0.01):
+        ref = _detector(rng)
+        ref[:, 4:] *= peak
+        cand = ref.copy()
+        cand[:, 4:] = 0.0
+        record = compare([ref], [cand], None, ["output0"])
+        scores = record.outputs[0].groups[1]
+        assert scores.unjudged is None and "every value is 0" in scores.collapsed
+        assert not record.unjudged
+        with pytest.raises(CollapsedOutputError, match="channels 4:10"):
+            check_collapsed(record)
+
+
 def test_detection_f1_against_the_float_detections():
     rng = np.random.default_rng(1)
     ref = _detector(rng)
