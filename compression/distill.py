@@ -119,8 +119,15 @@ def _loss(student_logits: Any, teacher_logits: np.ndarray, labels: Any,
     return loss
 
 
+def teacher_targets(teacher: Teacher, inputs: np.ndarray, config: DistillConfig) -> Any:
+    """The teacher's logits on the training samples, computed once, when no augmentation
+    changes the samples between epochs (None: the teacher runs on every augmented batch)."""
+    return None if config.augment else as_logits(teacher(inputs))
+
+
 def _train_epoch(student: Any, optimizer: Any, teacher: Teacher, data: tuple,
-                 config: DistillConfig, rng: np.random.Generator) -> float:
+                 config: DistillConfig, rng: np.random.Generator,
+                 targets: np.ndarray | None = None) -> float:
     import tensorflow as tf
 
     inputs, labels = data
@@ -128,7 +135,7 @@ def _train_epoch(student: Any, optimizer: Any, teacher: Teacher, data: tuple,
     for start in range(0, len(order), config.batch_size):
         idx = order[start:start + config.batch_size]
         batch = _augment(inputs[idx], config, rng)
-        target = as_logits(teacher(batch))
+        target = targets[idx] if targets is not None else as_logits(teacher(batch))
         with tf.GradientTape() as tape:
             out = student(batch, training=True)
             out = out[0] if isinstance(out, list | tuple) else out
@@ -147,13 +154,19 @@ def agreement(teacher: Teacher, student: Any, inputs: np.ndarray) -> float:
 
 
 def _evaluate(teacher: Teacher | np.ndarray, student: Any, inputs: np.ndarray,
-              config: DistillConfig) -> dict:
-    """Held-back loss and top-1 agreement; ``teacher`` may be its logits computed once."""
+              config: DistillConfig, labels: np.ndarray | None = None) -> dict:
+    """Held-back loss and top-1 agreement; ``teacher`` may be its logits computed once.
+
+    With labels the held-back loss is the training loss (distillation and cross-entropy
+    mixed, as trained), and the labels' top-1 accuracy is recorded beside it."""
     target = teacher if isinstance(teacher, np.ndarray) else as_logits(teacher(inputs))
     out = as_logits(student(inputs, training=False))
-    loss = _loss(out, target, None, config)
-    return {"val_loss": float(loss),
-            "agreement": float((out.argmax(axis=-1) == target.argmax(axis=-1)).mean())}
+    loss = _loss(out, target, labels, config)
+    found = {"val_loss": float(loss),
+             "agreement": float((out.argmax(axis=-1) == target.argmax(axis=-1)).mean())}
+    if labels is not None:
+        found["accuracy"] = float((out.argmax(axis=-1) == labels).mean())
+    return found
 
 
 class _EarlyStopping:
@@ -197,12 +210,17 @@ def distill(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any = No
     train_data = (inputs[train], None if labels is None else labels[train])
     rng, optimizer = np.random.default_rng(config.seed), keras.optimizers.Adam(config.learning_rate)
     held_targets = as_logits(teacher(inputs[held]))  # the teacher runs once on held-back data
-    history = [{"epoch": 0} | _evaluate(held_targets, student, inputs[held], config)]
+    held_labels = None if labels is None else labels[held]
+    targets = teacher_targets(teacher, train_data[0], config)
+
+    def evaluate() -> dict:
+        return _evaluate(held_targets, student, inputs[held], config, held_labels)
+
+    history = [{"epoch": 0} | evaluate()]
     stopper = _EarlyStopping(student, history[0]["val_loss"], config.patience)
     for epoch in range(1, config.epochs + 1):
-        loss = _train_epoch(student, optimizer, teacher, train_data, config, rng)
-        history.append({"epoch": epoch, "loss": loss}
-                       | _evaluate(held_targets, student, inputs[held], config))
+        loss = _train_epoch(student, optimizer, teacher, train_data, config, rng, targets)
+        history.append({"epoch": epoch, "loss": loss} | evaluate())
         if progress:
             progress(history[-1])
         if stopper.should_stop(epoch, history[-1]["val_loss"]):
