@@ -182,13 +182,13 @@ def edgeopt_runs(model_path: Path, workdir: Path, epochs: int, labelled: bool) -
 
     from edgeopt.quantize import QuantizeRequest, quantize_file
 
-    plan = [("edgeopt PTQ (auto)", False, "calib.npz")]
+    plan = [("edgeopt PTQ (auto)", False, "calib.npz", "ptq.tflite")]
     if labelled:
-        plan.append(("edgeopt QAT, labels", True, "calib.npz"))
-    plan.append(("edgeopt QAT, label-free", True, "calib_unlabelled.npz"))
+        plan.append(("edgeopt QAT, labels", True, "calib.npz", "qat_labels.tflite"))
+    plan.append(("edgeopt QAT, label-free", True, "calib_unlabelled.npz", "qat.tflite"))
     runs = {}
-    for name, qat, calib in plan:
-        out = workdir / f"{name.split()[1].lower()}{'_labels' if 'labels' in name else ''}.tflite"
+    for name, qat, calib, file in plan:
+        out = workdir / file
         load, started = load_average(), time.monotonic()
         record = quantize_file(QuantizeRequest(str(model_path), str(workdir / calib), str(out),
                                                eval=str(workdir / "eval.npz"), qat=qat,

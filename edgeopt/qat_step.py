@@ -58,7 +58,10 @@ class QatSettings:
 
     enabled: bool = False
     epochs: int = 10
-    learning_rate: float = 2e-4   # fine-tuning: a tenth of training's usual 1e-3 or so
+    # fine-tuning a trained model: Adam moves every weight by about the rate at first,
+    # whatever its size, and 2e-4 threw a converged model off (its held-back loss x7)
+    learning_rate: float = 2e-5
+    range_learning_rate: float = 2e-3   # the quantizer ranges (values ~1-10): their own rate
     batch_size: int = 32
     patience: int = 3
     seed: int = 0
@@ -180,6 +183,8 @@ def train(job: QatJob, student: Any, settings: QatSettings, progress: Progress) 
     the best held-back epoch's weights kept."""
     config = DistillConfig(epochs=settings.epochs, batch_size=settings.batch_size,
                            learning_rate=settings.learning_rate, patience=settings.patience,
+                           learning_rates=tuple((f"/{end}", settings.range_learning_rate)
+                                                for end in ("low", "high")),
                            augment=(), seed=settings.seed)
     result = distill(runtime_teacher(job.source, student), student, job.train_inputs,
                      job.train_labels, config, _EpochBar(settings.epochs, progress))

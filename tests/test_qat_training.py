@@ -143,3 +143,26 @@ def test_with_labels_early_stopping_watches_the_trained_loss():
     held = np.random.default_rng(config.seed).permutation(160)[:int(round(160 * config.holdout))]
     figures = _evaluate(teacher, result.student, data[held], config, labels[held])
     assert figures["val_loss"] == pytest.approx(best["val_loss"], rel=1e-5)
+
+
+def test_variables_named_in_learning_rates_train_at_their_own_rate():
+    """QAT's quantizer ranges take their own rate: here 0, so they stay as they started
+    while the weights (the general rate) move."""
+    from edgeopt.calibration.fakequant import qat_layers
+
+    teacher = _teacher()
+    x = inp = keras.Input((6,))
+    x = keras.layers.Dense(8, activation="relu")(x)
+    x = qat_layers().ActivationQuantizer(0.0, 4.0, name="hidden_act")(x)
+    student = keras.Model(inp, keras.layers.Dense(4)(x))
+    before = {v.path: v.numpy().copy() for v in student.trainable_variables}
+    data = np.random.default_rng(4).normal(0, 1, (64, 6)).astype("float32")
+    config = DistillConfig(epochs=1, batch_size=16, patience=5, augment=(), learning_rate=1e-2,
+                           learning_rates=(("/low", 0.0), ("/high", 0.0)))
+    result = distill(teacher, student, data, config=config)
+    assert result.best_epoch == 1   # the trained weights are the ones compared
+    after = {v.path: v.numpy() for v in student.trainable_variables}
+    assert after["hidden_act/low"] == before["hidden_act/low"] == 0.0
+    assert after["hidden_act/high"] == before["hidden_act/high"] == 4.0
+    moved = [p for p in before if not np.array_equal(before[p], after[p])]
+    assert moved and all(not p.startswith("hidden_act") for p in moved)
