@@ -189,9 +189,13 @@ def _warn(session, before, after, risky: list[int], where: str, tensors: list[st
         f"collapsed parts {before[0]} -> {after[0]}, worst SQNR of those outputs "
         f"{min(before[1][i] for i in risky):.1f} -> {min(after[1][i] for i in risky):.1f} dB. "
         f"{CPU_NOTE}")
-    session.rescue = {"precision": "int16", "outputs": [session.fmt.graph.outputs[i]
-                                                        for i in risky],
-                      "ops": list(tensors), "collapsed_before": before[0],
-                      "collapsed_after": after[0],
-                      "sqnr_db_before": finite_db(min(before[1][i] for i in risky)),
-                      "sqnr_db_after": finite_db(min(after[1][i] for i in risky))}
+    session.rescue = rescue_record(session, "int16", risky, tensors, before, after)
+
+
+def rescue_record(session, precision: str, outputs: list[int], tensors, before,
+                  after) -> dict:
+    """The manifest's `quantization.rescue`: what was kept at which precision, and why."""
+    return {"precision": precision, "outputs": [session.fmt.graph.outputs[i] for i in outputs],
+            "ops": list(tensors), "collapsed_before": before[0], "collapsed_after": after[0],
+            "sqnr_db_before": finite_db(min(before[1][i] for i in outputs)),
+            "sqnr_db_after": finite_db(min(after[1][i] for i in outputs))}

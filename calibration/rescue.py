@@ -28,10 +28,10 @@ from edgeopt.calibration.int16_rescue import (
     RISK_DB,
     attempt,
     better,
-    finite_db,
     output_ops,
     output_state,
     rescue_int16,
+    rescue_record,
 )
 from edgeopt.calibration.plan import QuantPlan
 
@@ -142,12 +142,7 @@ def _warn(session, before, after, outputs: list[int], tensors: list[str]) -> Non
         f"{after[0]}, worst SQNR of those outputs "
         f"{min(before[1][i] for i in outputs):.1f} -> {min(after[1][i] for i in outputs):.1f}"
         " dB")
-    session.rescue = {"precision": "float", "outputs": [session.fmt.graph.outputs[i]
-                                                        for i in outputs],
-                      "ops": list(tensors), "collapsed_before": before[0],
-                      "collapsed_after": after[0],
-                      "sqnr_db_before": finite_db(min(before[1][i] for i in outputs)),
-                      "sqnr_db_after": finite_db(min(after[1][i] for i in outputs))}
+    session.rescue = rescue_record(session, "float", outputs, tensors, before, after)
 
 
 def rescue_collapsed(session, plan: QuantPlan, model: bytes, check: dict[str, np.ndarray],
