@@ -111,45 +111,43 @@ def _tf2onnx(tflite: bytes, path: Path):
     return model
 
 
-def _source_names(handle: ModelHandle, tflite: bytes) -> tuple[list[str], list[str]]:
-    """The source name of each .tflite input, and of each .tflite output (the converter
-    reorders outputs: matched as the .tflite route matches them)."""
+def _source_names(handle: ModelHandle, tflite: bytes) -> tuple[dict[str, str], list[str]]:
+    """.tflite tensor name -> source name, for inputs and outputs (tf2onnx keeps the tensor
+    names; the TFLite converter reorders outputs, matched as the .tflite route matches
+    them), and the .tflite output tensor of each source output, in the source's order."""
     interpreter = tflite_interpreter(tflite)
     ins, outs = interpreter.get_input_details(), interpreter.get_output_details()
-    inputs = match_input_names([s.name for s in handle.inputs], [d["name"] for d in ins])
+    tensors = [d["name"] for d in ins]
+    names = dict(zip(tensors, match_input_names([s.name for s in handle.inputs], tensors)))
     order = match_outputs(handle.outputs, signature_output_keys(interpreter, outs),
                           [tuple(int(x) for x in d["shape"]) for d in outs],
                           [d["name"] for d in outs])
-    outputs = [""] * len(outs)
-    for spec, index in zip(handle.outputs, order):
-        outputs[index] = spec.name
-    return inputs, outputs
+    names.update({outs[j]["name"]: spec.name for spec, j in zip(handle.outputs, order)})
+    return names, [outs[j]["name"] for j in order]
 
 
-def _rename_io(model, input_names: list[str], output_names: list[str]) -> None:
-    """Give the graph's inputs and outputs the source's names (tf2onnx keeps the .tflite
-    tensor names, in the .tflite's order), and order the outputs as the source's."""
+def _rename_io(model, names: dict[str, str], output_order: list[str]) -> None:
+    """Give the graph's inputs and outputs the source's names and order the outputs as
+    the source's (`output_order`: the tensor names, source order)."""
     graph = model.graph
-    if len(graph.input) != len(input_names) or len(graph.output) != len(output_names):
-        raise ConversionError(f"tf2onnx made {len(graph.input)} inputs and "
-                              f"{len(graph.output)} outputs; the .tflite has "
-                              f"{len(input_names)} and {len(output_names)}")
-    renames = {old.name: new for old, new in zip(graph.input, input_names)}
-    renames.update({old.name: new for old, new in zip(graph.output, output_names)})
-    renames = {k: v for k, v in renames.items() if k != v}
-    clash = (_tensor_names(graph) - set(renames)) & set(renames.values())
-    if clash:
-        raise ConversionError(f"cannot name the ONNX model's IO as the source's: "
-                              f"{sorted(clash)[0]!r} is already a tensor of the graph")
-    _apply_renames(graph, renames)
-    position = {name: i for i, name in enumerate(output_names)}
-    wanted = [position[o.name] for o in graph.output]  # source index of each ONNX output
-    ordered = [graph.output[wanted.index(i)] for i in range(len(output_names))]
+    io = [v.name for v in (*graph.input, *graph.output)]
+    missing = [n for n in io if n not in names]
+    if missing or len(graph.output) != len(output_order):
+        raise ConversionError(f"tf2onnx's graph IO {io} does not match the .tflite's "
+                              f"{sorted(names)}")
+    by_name = {o.name: o for o in graph.output}
+    ordered = [by_name[n] for n in output_order]
     copies = [type(o)() for o in ordered]
     for copy, value in zip(copies, ordered):
         copy.CopyFrom(value)
     del graph.output[:]
     graph.output.extend(copies)
+    renames = {k: v for k, v in names.items() if k != v and k in io}
+    clash = (_tensor_names(graph) - set(renames)) & set(renames.values())
+    if clash:
+        raise ConversionError(f"cannot name the ONNX model's IO as the source's: "
+                              f"{sorted(clash)[0]!r} is already a tensor of the graph")
+    _apply_renames(graph, renames)
 
 
 def _subgraphs(graph):
