@@ -68,7 +68,7 @@ from edgeopt.torch_program import ProgramRunner
 from edgeopt.validate import Validation, check_collapsed, compare
 
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
-             "onnxruntime", "onnx2tf", "numpy")
+             "onnxruntime", "onnx2tf", "tf2onnx", "numpy")
 ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite and .onnx graphs; build with --format "
                       "tflite for a latency and energy estimate")
 
