@@ -185,3 +185,41 @@ def test_a_tf2onnx_failure_is_one_conversion_error(tmp_path):
 
     with pytest.raises(ConversionError, match="tf2onnx could not convert the float .tflite"):
         _tf2onnx(b"TFL3 not a model", tmp_path / "broken.tflite")
+
+
+def _saved_model(folder):
+    """A SavedModel with a dynamic batch: y = relu(x @ w + b), on [None, 6]."""
+    from edgeopt.tf_env import quiet_tensorflow
+
+    quiet_tensorflow()
+    import tensorflow as tf
+
+    rng = np.random.default_rng(4)
+
+    class Dense(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(rng.normal(0, 0.5, (6, 3)).astype(np.float32))
+            self.b = tf.Variable(rng.normal(0, 0.1, 3).astype(np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x")])
+        def __call__(self, x):
+            return {"y": tf.nn.relu(x @ self.w + self.b)}
+
+    module = Dense()
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": module.__call__})
+    return module
+
+
+def test_saved_model_source_float_onnx_equals_tensorflow(run_cli, tmp_path):
+    module = _saved_model(tmp_path / "sm")
+    x = np.random.default_rng(5).random((20, 6), dtype=np.float32)
+    np.savez(tmp_path / "calib.npz", x=x)
+    manifest = _build(run_cli, tmp_path / "sm", tmp_path / "calib.npz", tmp_path / "dist",
+                      "--scheme", "float")
+    assert "TFLiteConverter (SavedModel) + tf2onnx" in manifest["conversion"]["converter"]
+    assert manifest["conversion"]["batch_fixed_to_1"] is True
+    (artifact,) = (tmp_path / "dist").glob("*.onnx")
+    assert [i.name for i in _session(artifact).get_inputs()] == ["x"]
+    got = _run_onnx(artifact, {"x": x})[0]
+    np.testing.assert_allclose(got, module(x)["y"].numpy(), atol=1e-5)
