@@ -17,8 +17,9 @@
     ['digits_cnn.keras pixel-npu tflite w8a8']
 
 A combination that a device refuses (a float scheme on an int8-only NPU, an `.onnx` on a
-device that runs `.tflite` only) is not a candidate: it is listed in `excluded` with the reason. An unknown
-key, an unknown device or a space with no candidate is a ConfigError naming the file.
+device that runs `.tflite` only) is not a candidate: it is listed in `excluded` with the
+reason. An unknown key, an unknown device or a space with no candidate is a ConfigError
+naming the file.
 """
 
 from __future__ import annotations
