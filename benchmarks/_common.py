@@ -111,7 +111,7 @@ class ForeignLoad:
 
 # The distributions whose versions decide a benchmark's figures (PyPI names).
 MEASURED_PACKAGES = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
-                     "onnxruntime", "onnx2tf", "keras", "numpy", "ethos-u-vela")
+                     "onnxruntime", "onnx2tf", "tf2onnx", "keras", "numpy", "ethos-u-vela")
 # CPU features that pick int8 kernels: without VNNI, onnxruntime's x86 uint8 x int8 kernels
 # saturate (see calibration/onnx_backend.py), so the same model measures differently.
 INT8_CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")

@@ -65,8 +65,45 @@ def _set_initializer(model, name: str, values: np.ndarray) -> None:
     raise ConversionError(f"initializer '{name}' not found")
 
 
+_BIAS_OPS = ("Conv", "Gemm", "ConvTranspose")
+
+
+def own_biases(model) -> None:
+    """Give each Conv/Gemm its own copy of a bias initializer it shares with other nodes.
+
+    onnxruntime's quantizer copies a shared bias itself, as `{name}{N}` checked against
+    initializer names only: basic-pitch's bias '.../conv1d_25' became '.../conv1d_252',
+    the name of an activation, and onnxruntime refused its own QDQ model ("Transpose ...
+    Invalid attribute perm {0, 2, 3, 1}, input shape = {36}"). Our copies are named apart
+    from every tensor, and each layer's corrected bias goes into its own copy (into one
+    shared tensor, the last layer's correction would win)."""
+    from onnx import numpy_helper
+
+    uses: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    inits = {t.name: t for t in model.graph.initializer}
+    taken = set(uses) | set(inits) | {o for n in model.graph.node for o in n.output}
+    for node in model.graph.node:
+        if node.op_type not in _BIAS_OPS or len(node.input) < 3:
+            continue
+        bias = node.input[2]
+        if bias not in inits or uses[bias] < 2:
+            continue
+        copy = next(f"{bias}__{node.op_type.lower()}_bias{k}" for k in range(len(uses) + 1)
+                    if f"{bias}__{node.op_type.lower()}_bias{k}" not in taken)
+        taken.add(copy)
+        model.graph.initializer.append(numpy_helper.from_array(
+            numpy_helper.to_array(inits[bias]), copy))
+        node.input[2] = copy
+        uses[bias] -= 1
+
+
 def embed_weights(model, graph: CalibGraph, plan: QuantPlan) -> None:
-    """Dequantized codes and corrected biases into the float initializers."""
+    """Dequantized codes and corrected biases into the float initializers (each layer's
+    bias its own: `own_biases`)."""
+    own_biases(model)
     nodes = _nodes(model)
     for layer in graph.layers:
         layer_plan = plan.layers.get(layer.name)
@@ -75,8 +112,9 @@ def embed_weights(model, graph: CalibGraph, plan: QuantPlan) -> None:
         node = nodes[layer.output]
         _set_initializer(model, layer.weight, native_weight(
             node.op_type, _trans_b(node), layer_plan.weight.dequantize()))
-        if layer_plan.bias is not None:
-            _set_initializer(model, layer.bias, layer_plan.bias)
+        if layer_plan.bias is not None:  # the node's bias: own_biases may have renamed it
+            _set_initializer(model, node.input[2] if layer.bias else layer.bias,
+                             layer_plan.bias)
 
 
 def float_reasons(graph: CalibGraph, plan: QuantPlan) -> dict[str, str]:

@@ -34,6 +34,7 @@ from edgeopt.converters.onnx_adapt import adapt_onnx, adaptation_notes
 from edgeopt.converters.onnx_fold import fold_control_flow
 from edgeopt.converters.onnx_pin import held_inputs
 from edgeopt.converters.parity import check_parity
+from edgeopt.converters.tflite_onnx import to_float_onnx
 from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.delegates import place_for_device
 from edgeopt.delegates.int16 import int16_support
@@ -70,7 +71,7 @@ from edgeopt.torch_program import ProgramRunner
 from edgeopt.validate import Validation, check_collapsed, compare
 
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
-             "onnxruntime", "onnx2tf", "numpy")
+             "onnxruntime", "onnx2tf", "tf2onnx", "numpy")
 ONNX_ESTIMATE_NOTE = ("the estimator reads .tflite and .onnx graphs; build with --format "
                       "tflite for a latency and energy estimate")
 
@@ -231,12 +232,41 @@ def _converter_tflite(conv, scheme: str, profile: DeviceProfile, arrays: dict):
                           "calibration core (--method auto)")
 
 
+SOURCE_RUNTIMES = {"tflite": "LiteRT", "keras": "Keras", "saved_model": "TensorFlow"}
+
+
+def _onnx_source(handle, config, calib, evaluation, reference, workdir, keras_model,
+                 progress) -> tuple[ModelHandle, dict]:
+    """The ONNX model the quantizer reads, and the conversion record: an .onnx as it is; a
+    .tflite/Keras/SavedModel converted to float ONNX and checked against the source in its
+    own runtime (LiteRT, Keras, TensorFlow) before anything is quantized."""
+    if handle.format == "onnx":
+        return handle, {"converter": "none (ONNX stays ONNX)",
+                        "note": "ONNX target: no format conversion"}
+    progress("converting to float ONNX")
+    samples = {k: v[:config.parity_samples] for k, v in calib.arrays.items()}
+    conv = to_float_onnx(handle, workdir, samples, keras_model)
+    path = workdir / f"{handle.stem}_float.onnx"
+    path.write_bytes(conv.onnx)
+    count = min(config.parity_samples, evaluation.count)
+    float_out = run_dataset(OnnxRunner(conv.onnx), evaluation.take(np.arange(count)).arrays)
+    parity = check_parity([r[:count] for r in reference], float_out, conv.converter)
+    conversion = {"converter": conv.converter, "float_tflite_bytes": conv.float_tflite_bytes,
+                  "batch_fixed_to_1": conv.batch_fixed,
+                  # the ONNX graph takes and gives the source's layout (tflite_onnx checks)
+                  "input_layout_changes": {}, "parity": parity.to_json(),
+                  "note": "; ".join([f"ONNX target: the {handle.format} model converted to "
+                                     "float ONNX through its float .tflite, parity checked "
+                                     "against the source in "
+                                     f"{SOURCE_RUNTIMES.get(handle.format, handle.format)}",
+                                     *conv.preparation])}
+    return load_model(path), conversion
+
+
 def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, workdir,
-                   progress) -> Artifact:
-    if handle.format != "onnx":
-        raise ConfigError("--format onnx needs an .onnx input model")
-    conversion = {"converter": "none (ONNX stays ONNX)",
-                  "note": "ONNX target: no format conversion"}
+                   progress, reference=(), keras_model=None) -> Artifact:
+    handle, conversion = _onnx_source(handle, config, calib, evaluation, reference, workdir,
+                                      keras_model, progress)
     progress(f"quantizing ({scheme}, ranges: {config.method}) for onnxruntime")
     if scheme == "float":
         content = handle.path.read_bytes()
@@ -247,7 +277,7 @@ def _onnx_artifact(handle, config, scheme, profile, calib, evaluation, workdir,
     core_config = quant_config(config, scheme, profile, "onnx")
     folded = fold_control_flow(handle, calib.arrays)  # shape-decided If nodes
     if folded is not None:
-        conversion["note"] = f"ONNX target: no format conversion; {folded.note}"
+        conversion["note"] = f"{conversion['note']}; {folded.note}"
     result = quantize_onnx(folded.content if folded else handle.path, calib.arrays,
                            core_config, evaluation.arrays,
                            evaluation.labels, progress)
@@ -699,7 +729,9 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
                                             compression), workdir, keras_model, progress)
         else:
             artifact = _onnx_artifact(source, config, config.scheme, profile, calib, evaluation,
-                                      workdir, progress)
+                                      workdir, progress, _parity_reference(
+                                          source, keras_model, evaluation, config, reference,
+                                          compression), keras_model)
         finish = partial(_shipped, config=config, handle=handle, profile=profile, calib=calib)
         rewrite = _rewrite_step(artifact, config, profile, reference, evaluation, handle,
                                 progress, finish)

@@ -16,9 +16,10 @@
     >>> [c.label for c in space.candidates][:1]                          # doctest: +SKIP
     ['digits_cnn.keras pixel-npu tflite w8a8']
 
-A combination that a device refuses (a float scheme on an int8-only NPU, `--format onnx`
-of a Keras model) is not a candidate: it is listed in `excluded` with the reason. An unknown
-key, an unknown device or a space with no candidate is a ConfigError naming the file.
+A combination that a device refuses (a float scheme on an int8-only NPU, an `.onnx` on a
+device that runs `.tflite` only) is not a candidate: it is listed in `excluded` with the
+reason. An unknown key, an unknown device or a space with no candidate is a ConfigError
+naming the file.
 """
 
 from __future__ import annotations
@@ -137,8 +138,6 @@ def _check_keys(raw: dict, path: Path) -> None:
 
 def _refusal(candidate: Candidate, config: BuildConfig) -> tuple[Candidate, str | None]:
     """The candidate with its scheme resolved, or why the device refuses it."""
-    if candidate.format == "onnx" and not candidate.model.endswith(".onnx"):
-        return candidate, "--format onnx needs an .onnx input model"
     if candidate.distill and candidate.prune is None:
         return candidate, "distillation trains a pruned model (prune > 0)"
     try:
