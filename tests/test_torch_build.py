@@ -15,6 +15,7 @@ pytest.importorskip("onnxscript")
 from torch_models import TwoHeads, save_program  # noqa: E402
 
 import edgeopt  # noqa: E402
+from edgeopt.tflite_reader import read_tflite  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -51,9 +52,10 @@ def test_api_builds_a_module_for_the_npu_validated_against_pytorch(tmp_path, cal
     assert manifest["placement"]["cpu_ops"] == 0
     assert manifest["estimate"]["latency_ms"] > 0
     # The .tflite's tensors carry the module paths (not onnx2tf's Keras names), so do the
-    # layer report rows and the report page; model outputs keep their names.
+    # layer report rows and the report page; the model's outputs keep the .tflite's names.
     layers = [row["layer"] for row in manifest["quantization"]["layer_report"]]
-    known = {*MODULE_PATHS, *(o["name"] for o in manifest["outputs"])}
+    artifact = read_tflite(next((tmp_path / "dist").glob("*.tflite")).read_bytes())
+    known = {*MODULE_PATHS, *(artifact.tensor(i).name for i in artifact.outputs)}
     assert {"features.0", "features.1.0"} <= set(layers), layers
     assert all(layer in known for layer in layers), layers
     assert "features.1.0" in (tmp_path / "dist" / "report.html").read_text()
