@@ -11,6 +11,11 @@ photographs (benchmarks/zoo.py face_crops), (x - 127.5) / 128 as facenet-pytorch
 detect_face normalises them, NCHW. "by hand" is what a user does without edgeopt's
 PyTorch input: `torch.onnx.export(module, (x,), "m.onnx", dynamo=True)`, then
 `edgeopt build m.onnx`. Prints a table and writes benchmarks/results/torch_models.json.
+
+`--litert-python VENV/bin/python` adds litert-torch's direct route (benchmarks/litert_route.py,
+run in that venv: litert-torch does not install beside constraints.txt): the .pt2 converted
+to a float .tflite, checked against the PyTorch program per output, then
+`edgeopt build that.tflite` for pixel-npu with the same calibration data.
 """
 
 from __future__ import annotations
@@ -130,11 +135,29 @@ def _figures(manifest: dict) -> dict:
     }
 
 
+def litert(pt2: Path, python: str, calib: Path, workdir: Path) -> dict:
+    """litert-torch's route for one model: conversion figures, then the pixel-npu build."""
+    tflite = workdir / f"{pt2.stem}_litert.tflite"
+    proc = subprocess.run([python, str(Path(__file__).with_name("litert_route.py")), str(pt2),
+                           str(tflite)], capture_output=True, text=True, timeout=3600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"exit": proc.returncode, "error": proc.stderr.strip().splitlines()[-1:]}
+    converted = json.loads(lines[-1])
+    row = build(tflite, "pixel-npu", calib, workdir / f"{pt2.stem}_pixel-npu_litert")
+    worst = min(converted["parity"], key=lambda o: o["cosine"])
+    return {**row, "litert_torch": converted["litert_torch"], "convert_s": converted["convert_s"],
+            "float_tflite_bytes": converted["bytes"], "float_ops": converted["ops"],
+            "torch_export_cosine": worst["cosine"],
+            "torch_export_max_abs": max(o["max_abs"] for o in converted["parity"])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--only", nargs="*", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--targets", nargs="*", choices=list(TARGETS), default=list(TARGETS))
+    parser.add_argument("--litert-python", help="python of a venv with litert-torch")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     results = []
@@ -149,6 +172,12 @@ def main() -> None:
                        **build(source, target, calib, out)}
                 results.append(row)
                 print(json.dumps(row), flush=True)
+        if args.litert_python and "pixel-npu" in args.targets:
+            row = {"model": name, "target": "pixel-npu", "route": "litert-torch",
+                   "weights": PRETRAINED.get(name, "random (seed 0)"),
+                   **litert(pt2, args.litert_python, calib, args.workdir)}
+            results.append(row)
+            print(json.dumps(row), flush=True)
     print_table(["model", "target", "route", "export cos", "float cos", "SQNR dB", "top1",
                  "bytes", "delegated", "ms", "s"],
                 [[r["model"], r["target"], r["route"], _num(r.get("torch_export_cosine")),
@@ -159,8 +188,18 @@ def main() -> None:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / "torch_models.json"
     out.write_text(json.dumps({"package_versions": package_versions(), "machine": machine_info(),
-                               "results": results}, indent=1))
+                               "results": _merged(out, results)}, indent=1))
     print(f"wrote {out}")
+
+
+def _merged(path: Path, results: list[dict]) -> list[dict]:
+    """This run's rows, and the earlier runs' rows of the models/targets/routes not re-run
+    (`run` says when a row was made)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    fresh = [{**r, "run": stamp} for r in results]
+    done = {(r["model"], r["target"], r["route"]) for r in results}
+    old = json.loads(path.read_text())["results"] if path.is_file() else []
+    return [r for r in old if (r["model"], r["target"], r["route"]) not in done] + fresh
 
 
 def _num(value, digits: int = 6) -> str:

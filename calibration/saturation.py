@@ -63,3 +63,34 @@ def clamp(rng: tuple[float, float], interval: tuple[float, float] | None) -> tup
         return rng
     lo, hi = max(rng[0], interval[0]), min(rng[1], interval[1])
     return (lo, hi) if lo < hi else rng
+
+
+# A max never picks a padding cell over a real value, so a pad constant that stands for
+# minus infinity (onnx2tf pads a ceil_mode MaxPool with float32's lowest value) needs no
+# quantization level: the padded tensor takes its input's range and the constant rounds to
+# the lowest code. Left in, it made the range [-3.4e38, x] and every candidate model of
+# facenet-pytorch's ONet one XNNPACK refused (requantization scales of 1e34).
+PAD_OPS = {"PAD", "PADV2", "MIRROR_PAD", "Pad"}
+MAX_OPS = {"MAX_POOL_2D", "MaxPool", "REDUCE_MAX", "ReduceMax", "GlobalMaxPool"}
+MINUS_INFINITY_STAND_IN = -1e30
+
+
+def _max_only(graph: CalibGraph, tensor: str) -> bool:
+    readers = [op for op in graph.ops if tensor in op.inputs]
+    return bool(readers) and tensor not in graph.outputs and all(
+        op.op in MAX_OPS and op.inputs[0] == tensor for op in readers)
+
+
+def max_padding_ranges(graph: CalibGraph, ranges: dict[str, tuple[float, float]]
+                       ) -> dict[str, tuple[float, float]]:
+    """`ranges` with each max-pool padding of a minus-infinity stand-in given its
+    input's range (in graph order, so padded pads follow their input)."""
+    fixed = dict(ranges)
+    for op in graph.ops:
+        if op.op not in PAD_OPS or not op.outputs or not op.inputs:
+            continue
+        out, source = op.outputs[0], op.inputs[0]
+        if (out in fixed and source in fixed and fixed[out][0] <= MINUS_INFINITY_STAND_IN
+                and _max_only(graph, out)):
+            fixed[out] = fixed[source]
+    return fixed

@@ -18,7 +18,7 @@ from edgeopt.calibration.estimators import ESTIMATORS, RangeChoice
 from edgeopt.calibration.graphspec import CalibGraph
 from edgeopt.calibration.plan import QuantPlan
 from edgeopt.calibration.runtime_errors import RuntimeRejected
-from edgeopt.calibration.saturation import clamp, saturation_bounds
+from edgeopt.calibration.saturation import clamp, max_padding_ranges, saturation_bounds
 from edgeopt.validate import sqnr_db
 
 PROTECTED_OPS = {"SOFTMAX", "ARG_MAX", "Softmax", "LogSoftmax", "ArgMax"}
@@ -37,7 +37,8 @@ def candidate_ranges(choices: dict[str, RangeChoice], graph: CalibGraph,
     """Range sets to compare (one for a fixed method, per-tensor + uniform ones for auto),
     each cut to the saturation bounds of the tensors' readers."""
     bounds = saturation_bounds(graph)
-    return {label: {name: clamp(rng, bounds.get(name)) for name, rng in ranges.items()}
+    return {label: max_padding_ranges(graph, {name: clamp(rng, bounds.get(name))
+                                              for name, rng in ranges.items()})
             for label, ranges in _raw_sets(choices, graph, method).items()}
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
 from edgeopt.converters.tf_source import TFSource, from_keras, from_saved_model, run_converter
+from edgeopt.converters.tflite_names import module_paths
 from edgeopt.converters.tflite_shapes import with_static_inputs
 from edgeopt.errors import ConversionError
 from edgeopt.model import ModelHandle, load_keras, tflite_interpreter
@@ -125,6 +126,7 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
         raise ConversionError(f"cannot convert a {handle.format} model to .tflite")
     tflite = run_converter(_float_converter(source), "float")
     input_perms, output_perms = layouts(handle, tflite)
+    tflite = module_paths(handle, tflite, samples, input_perms)  # a .pt2's layer names
     return FloatConversion(tflite, source, input_perms, output_perms, name)
 
 

@@ -41,6 +41,8 @@ class TorchOrigin:
     torch_version: str
     outputs: tuple[dict, ...]
     named_layers: int
+    # ONNX tensors named by their module path, what a .tflite's tensors are renamed to
+    module_tensors: frozenset[str] = frozenset()
 
     def record(self) -> dict:
         """manifest conversion.torch_export."""
@@ -86,9 +88,10 @@ def _unique(path: str, op_type: str, taken: set[str]) -> str:
     return next(c for c in candidates if c not in taken)
 
 
-def _rename_tensors(graph, renamed: dict[str, str]) -> None:
+def _rename_tensors(graph, renamed: dict[str, str]) -> set[str]:
     """Give each renamed node's output tensors its name (the calibration core's layer
-    report names a layer by its output tensor); graph inputs and outputs keep theirs."""
+    report names a layer by its output tensor); graph inputs and outputs keep theirs.
+    The new tensor names."""
     kept = {v.name for v in [*graph.input, *graph.output]} | {t.name for t in graph.initializer}
     values: dict[str, str] = {}
     for node in graph.node:
@@ -102,11 +105,12 @@ def _rename_tensors(graph, renamed: dict[str, str]) -> None:
         node.output[:] = [values.get(n, n) for n in node.output]
     for info in graph.value_info:
         info.name = values.get(info.name, info.name)
+    return set(values.values())
 
 
-def name_by_module(model) -> int:
-    """Rename nodes (and their output tensors) after their PyTorch module paths; how many
-    got one. Clears the exporter's metadata."""
+def name_by_module(model) -> tuple[int, frozenset[str]]:
+    """Rename nodes (and their output tensors) after their PyTorch module paths: how many
+    got one, and the renamed tensors. Clears the exporter's metadata."""
     graph = model.graph
     taken = {n.name for n in graph.node} | {v.name for v in [*graph.input, *graph.output]}
     taken |= {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
@@ -120,9 +124,10 @@ def name_by_module(model) -> int:
         taken.add(name)
         renamed[name] = node.name
         node.name = name
+    tensors: set[str] = set()
     if not any(a.g.node or a.graphs for n in graph.node for a in n.attribute):
-        _rename_tensors(graph, renamed)  # a subgraph would refer to outer names: keep them
-    return len(renamed)
+        tensors = _rename_tensors(graph, renamed)  # a subgraph refers to outer names
+    return len(renamed), frozenset(tensors)
 
 
 def _export(program, path: Path):
@@ -137,7 +142,7 @@ def _export(program, path: Path):
         raise ConversionError(f"{path}: torch.onnx.export cannot export the program: "
                               f"{type(exc).__name__}: {first_line(exc)}") from None
     model = exported.model_proto
-    return model, name_by_module(model)
+    return model, *name_by_module(model)
 
 
 def _samples(program, seed: int = 0) -> dict[str, np.ndarray]:
@@ -186,9 +191,9 @@ def export_pt2(path: Path, folder: Path) -> tuple[Path, TorchOrigin]:
     """`folder/<stem>.onnx` exported from the checked program, and where it came from."""
     program = load_program(path)
     torch = import_torch()
-    model, named = _export(program, path)
+    model, named, tensors = _export(program, path)
     content = model.SerializeToString()
     outputs = check_export(program, content, [o.name for o in model.graph.output], str(path))
     onnx_path = folder / f"{path.stem or 'model'}.onnx"
     onnx_path.write_bytes(content)
-    return onnx_path, TorchOrigin(path, program, torch.__version__, outputs, named)
+    return onnx_path, TorchOrigin(path, program, torch.__version__, outputs, named, tensors)

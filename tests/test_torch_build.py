@@ -15,6 +15,7 @@ pytest.importorskip("onnxscript")
 from torch_models import TwoHeads, save_program  # noqa: E402
 
 import edgeopt  # noqa: E402
+from edgeopt.tflite_reader import read_tflite  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,14 @@ def test_api_builds_a_module_for_the_npu_validated_against_pytorch(tmp_path, cal
     assert all(o["sqnr_db"] > 20 for o in manifest["validation"]["outputs"])
     assert manifest["placement"]["cpu_ops"] == 0
     assert manifest["estimate"]["latency_ms"] > 0
-    assert (tmp_path / "dist" / "report.html").is_file()
+    # The .tflite's tensors carry the module paths (not onnx2tf's Keras names), so do the
+    # layer report rows and the report page; the model's outputs keep the .tflite's names.
+    layers = [row["layer"] for row in manifest["quantization"]["layer_report"]]
+    artifact = read_tflite(next((tmp_path / "dist").glob("*.tflite")).read_bytes())
+    known = {*MODULE_PATHS, *(artifact.tensor(i).name for i in artifact.outputs)}
+    assert {"features.0", "features.1.0"} <= set(layers), layers
+    assert all(layer in known for layer in layers), layers
+    assert "features.1.0" in (tmp_path / "dist" / "report.html").read_text()
 
 
 def test_pt2_onnx_build_reports_layers_by_module_path(run_cli, heads_pt2, calib, tmp_path):
@@ -81,3 +89,39 @@ def test_quantize_and_compress_take_a_pt2(run_cli, heads_pt2, calib, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["compression"]["size_bytes"]["after"] < \
         manifest["compression"]["size_bytes"]["before"]
+
+
+class CeilPool(torch.nn.Module):
+    """facenet-pytorch ONet's pattern: conv, per-channel PReLU, MaxPool2d(ceil_mode=True)
+    on a size the window does not tile (10 -> 5), so onnx2tf pads with float32's lowest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3)
+        self.prelu1 = torch.nn.PReLU(8)
+        self.pool1 = torch.nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3)
+        self.prelu2 = torch.nn.PReLU(8)
+        self.dense = torch.nn.Linear(8 * 3 * 3, 4)
+
+    def forward(self, x):
+        x = self.pool1(self.prelu1(self.conv1(x)))
+        return self.dense(self.prelu2(self.conv2(x)).flatten(1))
+
+
+def test_ceil_mode_max_pool_quantizes_for_xnnpack(run_cli, tmp_path):
+    """Its padding's range was [-3.4e38, x]: every int8 candidate had requantization
+    scales XNNPACK refuses ('failed to create XNNPACK runtime')."""
+    pt2 = save_program(CeilPool(), (1, 3, 12, 12), tmp_path / "ceil.pt2")
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.random.default_rng(0).standard_normal((40, 3, 12, 12), np.float32))
+    out = tmp_path / "q.tflite"
+    result = run_cli("quantize", pt2, "--calib", calib, "--scheme", "w8a8", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(out))  # XNNPACK applied by default
+    interpreter.allocate_tensors()
+    scales = [d["quantization"][0] for d in interpreter.get_tensor_details()
+              if d["dtype"] == np.int8]
+    assert scales and max(scales) < 1e3, max(scales)
