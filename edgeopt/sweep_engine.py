@@ -199,6 +199,20 @@ class SerialEngine:
             on_outcome(run_candidate(task, *payloads))
 
 
+# The thread-pool sizes TensorFlow and OpenMP read when they start (a spawned worker has
+# imported neither yet).
+THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+
+
+def share_cores(workers: int) -> None:
+    """Give each of `workers` processes its share of the cores: a build alone spreads
+    TensorFlow's kernels over every core, so workers that each do so oversubscribe them.
+    Variables the user set are kept."""
+    share = str(max(1, (os.cpu_count() or 1) // workers))
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, share)
+
+
 class LocalEngine:
     """A pool of worker processes on this machine (spawned: TensorFlow does not fork)."""
 
@@ -216,7 +230,8 @@ class LocalEngine:
 
     def _round(self, jobs: list[Job], attempts: dict, on_outcome: OnOutcome) -> list[Job]:
         """Run `jobs` in one pool; those in flight when a worker dies come back to retry."""
-        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"),
+                                   initializer=share_cores, initargs=(self.workers,))
         futures: dict[Future, Job] = {}
         try:
             for job in jobs:

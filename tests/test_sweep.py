@@ -221,10 +221,12 @@ def _kill_a_pool_worker(killed: list, deadline: float) -> None:
         for proc in me.children(recursive=True):
             try:
                 cmdline = " ".join(proc.cmdline())
-                age = time.time() - proc.create_time()
+                busy = sum(proc.cpu_times()[:2])
             except psutil.Error:
                 continue
-            if "spawn_main" in cmdline and age > 15:  # past start-up, inside a build
+            # past the spawned interpreter's start-up, into the candidate's imports and build
+            # (by CPU time, not age: a quiet machine finishes a tiny build in seconds)
+            if "spawn_main" in cmdline and busy > 2.0:
                 proc.kill()
                 killed.append(proc.pid)
                 return
