@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_user_error
+from conftest import ROOT
 from edgeopt.devices.render import figure_digits, significant
 
 SECTIONS = ("summary", "comparison", "validation", "conversion", "io", "layers", "placement",
@@ -133,13 +133,6 @@ def test_onnx_bundle_shows_its_placement_and_estimate(run_cli, tmp_path, tiny_on
     assert 'id="comparison"' not in page
     assert "latency breakdown" in _section(page, "latency")
     assert "<span>latency</span><b>—</b>" not in _section(page, "summary")
-
-
-def test_comparing_an_onnx_artifact_is_refused_up_front(run_cli, tmp_path, tiny_onnx_path):
-    result = run_cli("build", tiny_onnx_path, "--format", "onnx", "--device", "host-cpu,all",
-                     "--calib", "random", "-o", tmp_path / "x")
-    assert_user_error(result, "--format tflite")
-    assert not (tmp_path / "x").exists()
 
 
 def test_readme_screenshot_is_the_sample_report():
