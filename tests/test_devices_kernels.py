@@ -9,12 +9,11 @@ import dataclasses
 import os
 
 import pytest
-from test_corpus_fit import SHAPES, _row
+from test_corpus_fit import SHAPES, _device_rows
 from test_estimate import conv_chain
 
-from edgeopt.devices.corpus_fit import RowSample, fit_samples, predict_s, prior_profile, write_fit
+from edgeopt.devices.corpus_fit import fit_samples, predict_s, prior_profile, write_fit
 from edgeopt.devices.estimator import estimate
-from edgeopt.devices.fit import Sample
 from edgeopt.devices.fitted import parse_fit
 from edgeopt.devices.kernel_fit import fit_kernel, with_kernel_fit
 from edgeopt.devices.kernels import group_kernels
@@ -117,20 +116,13 @@ def chains():
     return out
 
 
-def _measured_on(truth, chains) -> list[RowSample]:
-    rows = []
-    for family, name, blob, graph in chains:
-        measured = predict_s([Sample(name, graph, 1.0, model=blob)], truth)[0]
-        rows.append(RowSample(_row(name, family, measured * 1e3),
-                              Sample(name, graph, measured, model=blob)))
-    return rows
 
 
 def test_the_kernel_fit_recovers_a_synthetic_devices_values(chains):
     prior = prior_profile("rpi5-cpu")
     unit = prior.tables().main_unit
     truth = _truth_values(unit)
-    rows = _measured_on(with_kernel_fit(prior, truth), chains)
+    rows = _device_rows(chains, with_kernel_fit(prior, truth))
     values, info = fit_kernel([r.sample for r in rows], prior)
     for key in [k for k in truth if k[0] in ("keff", "kinvoke")]:
         assert values[key] == pytest.approx(truth[key], rel=0.02), key
@@ -142,19 +134,19 @@ def test_the_kernel_fit_recovers_a_synthetic_devices_values(chains):
 
 def test_few_rows_tie_the_kernel_values(chains):
     prior = prior_profile("rpi5-cpu")
-    rows = _measured_on(with_kernel_fit(prior, _truth_values(prior.tables().main_unit)),
-                        chains)[:3]
+    rows = _device_rows(chains, with_kernel_fit(prior,
+                                                _truth_values(prior.tables().main_unit)))[:3]
     _, few = fit_kernel([r.sample for r in rows], prior)
-    _, many = fit_kernel([r.sample for r in _measured_on(
-        with_kernel_fit(prior, _truth_values(prior.tables().main_unit)), chains)], prior)
+    _, many = fit_kernel([r.sample for r in _device_rows(
+        chains, with_kernel_fit(prior, _truth_values(prior.tables().main_unit)))], prior)
     assert (few["values"], many["values"]) == (1, 4)   # one scale; per dtype
     assert few["values_per_row"] == pytest.approx(1 / 3, abs=1e-3)
 
 
 def test_a_kernel_fitted_profile_keeps_its_basis_in_every_estimate(chains, tmp_path):
     prior = prior_profile("rpi5-cpu")
-    rows = _measured_on(with_kernel_fit(prior, _truth_values(prior.tables().main_unit)),
-                        chains)
+    rows = _device_rows(chains, with_kernel_fit(prior,
+                                                _truth_values(prior.tables().main_unit)))
     result = fit_samples("rpi5-cpu", prior, rows, methods=("scale", "kernel"))
     assert result.chosen.method == "kernel"     # the truth is a kernel-model device
     path = write_fit(result, tmp_path)
