@@ -7,12 +7,16 @@ run in one invocation, one after the other, each with the machine's load recorde
 it (os.getloadavg before and after; the CPU share other processes took, from /proc/stat
 less this process tree's own use):
 
-1. single builds: `edgeopt sweep --workers 1` (one process, the candidates one after
-   another); each point's own build time, summed, is "the sum of the single builds" (no
+1. single builds: `edgeopt sweep --workers 1 --no-reuse` (one process, the candidates one
+   after another, each converting and compressing its model itself, as separate `edgeopt
+   build`s do); each point's own build time, summed, is "the sum of the single builds" (no
    start-up or TensorFlow import counted in it);
 2. parallel efficiency: the same space, a new results folder, `--workers 2`:
    sum of single builds / (2 x its wall time); target >= 80 %. Beside it: the pool's own
-   build times (how much slower a build is next to another) and the workers' idle time;
+   build times (how much slower a build is next to another) and the workers' idle time,
+   and the same pool with `--no-reuse` (each candidate computes every stage: what the
+   parallelism alone gives; the default run also reuses a worker's float conversions and
+   compressed models across candidates, edgeopt.stage_memo);
 3. a second identical run into step 2's folder: its wall time / the first; target <= 5 %;
 4. Ray overhead per candidate, on a Ray head started here on loopback (2 CPUs): one
    candidate (host-cpu float, the cheapest) built in this process and as a Ray task
@@ -30,6 +34,7 @@ less this process tree's own use):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -181,6 +186,7 @@ def ray_overhead(space: Path, address: str) -> dict:
     from edgeopt.sweep_engine import RayEngine, run_candidate
 
     task, payloads = _cheapest_job(space)
+    task = dataclasses.replace(task, reuse=False)  # the same build each time, memo off
     engine = RayEngine(address)
     inproc, ray_wall, ray_task = [], [], []
     outcomes: list = []
@@ -248,8 +254,12 @@ def run(no_ray: bool, ray_sweep: bool, other_space: Path | None = None) -> dict:
         if other_space is None:
             space.write_text(SPACE)
         (serial_wall, serial), serial_load = _step(
-            "single builds (--workers 1)", lambda load: sweep(space, folder / "serial"))
+            "single builds (--workers 1 --no-reuse)",
+            lambda load: sweep(space, folder / "serial", "--no-reuse"))
         n, single = len(serial["points"]), build_seconds(serial)
+        (plain_wall, plain), plain_load = _step(
+            "2 workers, --no-reuse", lambda load: sweep(space, folder / "plain", "--workers",
+                                                        "2", "--no-reuse"))
         (pool_wall, pool), pool_load = _step(
             "2 workers", lambda load: sweep(space, folder / "pool", "--workers", "2"))
         (rerun_wall, rerun), rerun_load = _step(
@@ -269,6 +279,10 @@ def run(no_ray: bool, ray_sweep: bool, other_space: Path | None = None) -> dict:
                      "idle_worker_s": round(2 * pool_wall - pool_builds, 2),
                      "per_step_s": step_totals(pool),
                      "load": pool_load},
+            "pool_without_reuse": {"workers": 2, "wall_s": round(plain_wall, 2),
+                                   "efficiency": round(single / (2 * plain_wall), 3),
+                                   "builds_in_pool_s": round(build_seconds(plain), 2),
+                                   "per_step_s": step_totals(plain), "load": plain_load},
             "rerun": {"wall_s": round(rerun_wall, 2), "built": rerun["built"],
                       "share_of_first": round(rerun_wall / pool_wall, 4), "load": rerun_load},
             "ray": ray}
@@ -278,6 +292,8 @@ def _rows(result: dict) -> list[tuple]:
     pool, rerun, ray = result["pool"], result["rerun"], result["ray"]
     rows = [("parallel efficiency, 2 workers", f"{pool['efficiency']:.0%}",
              f">= {MIN_EFFICIENCY:.0%}", verdict(pool["efficiency"] >= MIN_EFFICIENCY)),
+            ("  the same, --no-reuse (no stage shared)",
+             f"{result['pool_without_reuse']['efficiency']:.0%}", "(beside it)", ""),
             ("second identical run / first", f"{rerun['share_of_first']:.1%}",
              f"<= {MAX_RERUN_SHARE:.0%}", verdict(rerun["share_of_first"] <= MAX_RERUN_SHARE))]
     if ray:

@@ -7,11 +7,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from edgeopt import stage_memo
 from edgeopt.converters.onnx_to_tf import onnx_to_saved_model
 from edgeopt.converters.tf_source import TFSource, from_keras, from_saved_model, run_converter
 from edgeopt.converters.tflite_names import module_paths
@@ -112,6 +115,29 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
         fixed = with_static_inputs(tflite, _fixed_shapes(handle))
         converter = "none" if fixed == tflite else "none (dynamic inputs made static)"
         return FloatConversion(fixed, None, {}, tuple(None for _ in handle.outputs), converter)
+    memo_key = stage_memo.key(handle.path, handle.format, handle.inputs, handle.outputs,
+                              samples or {})
+    kept = stage_memo.recall("float_conversion", memo_key)
+    if kept is not None:  # a sweep's earlier candidate converted this very model
+        return kept
+    conversion = _convert(handle, workdir, samples, keras_model)
+    stage_memo.keep("float_conversion", memo_key, _kept(conversion), len(conversion.tflite))
+    return conversion
+
+
+def _kept(conversion: FloatConversion) -> FloatConversion:
+    """The conversion with its SavedModel copied out of the build's work folder (the
+    converter reads it again to quantize, in a later build too)."""
+    source = conversion.tf_source
+    if source is None:
+        return conversion
+    copy = Path(tempfile.mkdtemp(dir=stage_memo.folder())) / source.saved_model_dir.name
+    shutil.copytree(source.saved_model_dir, copy)
+    return replace(conversion, tf_source=replace(source, saved_model_dir=copy))
+
+
+def _convert(handle: ModelHandle, workdir: Path, samples: dict[str, np.ndarray] | None,
+             keras_model) -> FloatConversion:
     if handle.format == "onnx":
         converted = onnx_to_saved_model(handle, workdir, _nhwc_samples(handle, samples))
         source = TFSource(converted.saved_model_dir)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeopt import stage_memo
 from edgeopt.atomic import check_path_length
 from edgeopt.bundle import MANIFEST, check_destination, manifest_bytes, write_bundle
 from edgeopt.calibration import onnx_static, tflite_aeq, tflite_converter
@@ -667,6 +668,13 @@ def _parity_reference(source, keras_model, evaluation: Dataset, config: BuildCon
                        evaluation.take(np.arange(count)).arrays)
 
 
+REUSE_NOTES = {  # a sweep worker's build that took a stage's result from an earlier candidate
+    "compress": "the compressed model (and its compression figures) come from an earlier "
+                "candidate of this sweep with the same model, data and settings",
+    "float_conversion": "the float conversion comes from an earlier candidate of this sweep "
+                        "with the same model and samples"}
+
+
 def compress_stage(handle: ModelHandle, keras_model, config: BuildConfig, calib: Dataset,
                    workdir: Path, progress: Progress):
     """Prune (and distill) before quantizing, when asked: (source, keras model, record).
@@ -681,12 +689,22 @@ def compress_stage(handle: ModelHandle, keras_model, config: BuildConfig, calib:
                                 recipe=config.prune_recipe, distill=config.distill,
                                 epochs=config.distill_epochs, seed=config.seed,
                                 channel_multiple=config.prune_channel_multiple)
-    compressed = compress_model(handle, calib, settings, workdir, progress)
     fmt = "onnx" if handle.format == "onnx" else "keras"
     path = workdir / f"{handle.stem}_compressed.{fmt}"
+    memo_key = stage_memo.key(handle.path, handle.inputs, handle.outputs, calib.arrays,
+                              calib.labels, settings)
+    kept = stage_memo.recall("compress", memo_key)
+    if kept is not None:  # a sweep's earlier candidate: same model, data and settings
+        content, record = kept
+        progress("reusing the compressed model of an earlier candidate (same model, data "
+                 "and settings)")
+        path.write_bytes(content)
+        return load_model(path), (load_keras(path) if fmt == "keras" else None), record
+    compressed = compress_model(handle, calib, settings, workdir, progress)
     path.write_bytes(write_model(compressed, fmt, workdir))
     record = {**compressed.record, "size_bytes": {"before": handle.size_bytes,
                                                   "after": path.stat().st_size}}
+    stage_memo.keep("compress", memo_key, (path.read_bytes(), record), path.stat().st_size)
     return load_model(path), (compressed.model if fmt == "keras" else None), record
 
 
@@ -718,7 +736,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     progress(f"running the float {'PyTorch' if handle.torch else handle.format} model on "
              f"{evaluation.count} samples")
     reference = run_dataset(_reference_runner(handle, keras_model), evaluation.arrays)
-    with tempfile.TemporaryDirectory(prefix="edgeopt-build-") as tmp:
+    with stage_memo.hits() as reused, tempfile.TemporaryDirectory(prefix="edgeopt-build-") as tmp:
         workdir = Path(tmp)
         source, keras_model, compression = compress_stage(handle, keras_model, config, calib,
                                                           workdir, progress)
@@ -770,6 +788,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
         manifest["notes"].insert(0, scheme_note)
     if compression is not None:
         manifest["compression"] = compression
+    manifest["notes"].extend(REUSE_NOTES[stage] for stage in dict.fromkeys(reused))
     if artifact.qat is not None:
         manifest["qat"] = artifact.qat
     if compared:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeopt import stage_memo
 from edgeopt.bundle import check_destination, write_bundle
 from edgeopt.bundle_owner import MARKER
 from edgeopt.config import NAME_OR_PATH_FIELDS, PATH_FIELDS
@@ -60,6 +61,7 @@ class SweepConfig:
     trials: int | None = None
     bench: str | None = None  # 'host': measure the host-cpu candidates on this machine
     adb: str | None = None  # a phone's serial: measure the other devices' candidates on it
+    reuse: bool = True  # candidates share their float conversion and compression
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -141,7 +143,8 @@ def plan(config: SweepConfig) -> Plan:
             continue
         keys.add(key)
         del fields["output"]
-        task = Task(key, candidate.label, fields, tuple(inputs), str(bundles / key))
+        task = Task(key, candidate.label, fields, tuple(inputs), str(bundles / key),
+                    config.reuse)
         jobs.append((task, tuple(payloads[p] for p in inputs)))
     return Plan(space, tuple(jobs))
 
@@ -252,6 +255,7 @@ def run_sweep(config: SweepConfig, progress: Progress = _quiet) -> SweepResult:
     finally:
         if engine is not None:
             engine.close()
+        stage_memo.clear()  # what a serial sweep kept in this process goes with the sweep
     # after every build: a measurement never shares the machine with this sweep's builds
     benched = bench_points([t.key for t in plan_.tasks()], store, config.targets, progress,
                            config.retry_failed)

@@ -27,7 +27,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Protocol
 
-from edgeopt import __version__
+from edgeopt import __version__, stage_memo
 from edgeopt.bundle_owner import MARKER
 from edgeopt.config import BuildConfig
 from edgeopt.errors import ConfigError, EdgeoptError, first_line
@@ -50,6 +50,9 @@ class Task:
     config: dict  # BuildConfig fields; paths as the user gave them
     inputs: tuple[str, ...]  # the paths in `config` that arrive as payloads, in order
     bundle_dir: str  # where the sweep will store the bundle (for its edgeopt.toml)
+    # the worker keeps the float conversion and the compressed model for the next candidate
+    # that shares them (edgeopt.stage_memo); `sweep --no-reuse` computes each one afresh
+    reuse: bool = True
 
 
 @dataclass
@@ -177,7 +180,8 @@ def run_candidate(task: Task, *payloads: Payload) -> Outcome:
     """Build one candidate; a build that fails is a failed point with its error."""
     started = time.monotonic()
     try:
-        with tempfile.TemporaryDirectory(prefix="edgeopt-sweep-") as tmp:
+        with (stage_memo.enabled() if task.reuse else contextlib.nullcontext(),
+              tempfile.TemporaryDirectory(prefix="edgeopt-sweep-") as tmp):
             return _build_in(task, payloads, Path(tmp), started)
     except EdgeoptError as exc:
         return Outcome(task.key, failed_point(task, first_line(exc), started))

@@ -50,16 +50,20 @@ from edgeopt.sweep_report import AXIS, table
 @click.option("--adb", "adb_serial", cls=Trusted, default=None, metavar="SERIAL",
               help="Measure the candidates of every other device on the phone SERIAL (with "
               "the device's delegate), after the builds.")
+@click.option("--no-reuse", "no_reuse", is_flag=True, help="Convert and compress every "
+              "candidate afresh, as separate builds would (by default a worker reuses a float "
+              "conversion or a pruned model across candidates with the same model, data and "
+              "settings).")
 @click.option("--dry-run", is_flag=True, help="List the candidates (and what is already "
               "built), build nothing.")
 @json_option
 def command(space: str, output: str, workers: int, ray_address: str | None,
             write_best: str | None, tolerance: float | None, retry_failed: bool,
             search: str, trials: int | None, bench: str | None, adb_serial: str | None,
-            dry_run: bool, as_json: bool) -> None:
+            no_reuse: bool, dry_run: bool, as_json: bool) -> None:
     """Build every candidate of a sweep file and show the Pareto front per device."""
     config = SweepConfig(space, output, workers, ray_address, write_best, retry_failed,
-                         tolerance, search, trials, bench, adb_serial)
+                         tolerance, search, trials, bench, adb_serial, not no_reuse)
     if dry_run:
         return _dry_run(config, as_json)
     with library_output_to_log(), step_progress(as_json) as progress:
