@@ -87,6 +87,8 @@ class QuantConfig:
     accuracy_budget: float | None = None      # metric points (labels) or an SQNR floor in dB
     int16_search: bool = True                 # the budget search may give layers int16
                                               # activations (off: the device has no 16x8)
+    float_tail: bool = True                   # a collapse may be rescued by ops kept float
+                                              # (off: the device runs no float op)
     io_dtype: str = "float32"
     layer_report: bool = True
     isolate_layers: int = 8                   # worst layers also measured quantized alone

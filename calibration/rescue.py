@@ -161,7 +161,7 @@ def rescue_collapsed(session, plan: QuantPlan, model: bytes, check: dict[str, np
         if found is not None:
             model, plan = found
             before = output_state(reference, session.fmt.run(model, check), ops)
-    if not before[2] or not session.fmt.keeps_ops_float:
-        return model, plan
+    if not before[2] or not session.fmt.keeps_ops_float or not session.config.float_tail:
+        return model, plan  # the collapse check then names the output and the way out
     found = rescue_in_float(session, plan, check, reference, before)
     return found if found is not None else (model, plan)

@@ -57,6 +57,12 @@ def edgetpu_assignment(graph: Graph, profile: DeviceProfile, placement: Any = No
     return assign_units(graph, profile, placement)
 
 
+def runs_float_ops(profile: DeviceProfile) -> bool:
+    """False for an Edge TPU: its compiler takes full-integer models only, so no op of a
+    model for it may be left float (a collapse rescue's float tail included)."""
+    return profile.delegate != "edgetpu"
+
+
 def require_int8(graph: Graph, profile: DeviceProfile) -> None:
     """A DeviceError naming the first float ops unless the model is fully int8."""
     float_ops = [op for op in graph.ops_in_subgraph(0) if op.op not in BOUNDARY_OPS

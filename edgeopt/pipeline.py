@@ -40,6 +40,7 @@ from edgeopt.data import Dataset, DataSpec, load_data, permuted, shapes_from_dat
 from edgeopt.delegates import place_for_device
 from edgeopt.delegates.int16 import int16_support
 from edgeopt.delegates.onnx_placement import place_onnx_for_device
+from edgeopt.devices.edgetpu import runs_float_ops
 from edgeopt.devices.estimator import estimate, estimate_onnx_model
 from edgeopt.devices.profile import DeviceProfile, load_profile
 from edgeopt.errors import ConfigError, ConversionError
@@ -209,6 +210,7 @@ def quant_config(config: BuildConfig, scheme: str, profile: DeviceProfile, fmt: 
                        recipe=load_recipe(config.recipe) if config.recipe else None,
                        accuracy_budget=config.accuracy_budget,
                        int16_search=int16_support(profile.delegate).runs,
+                       float_tail=runs_float_ops(profile),
                        io_dtype=profile.io_dtype if integer_io else "float32", seed=config.seed)
 
 

@@ -14,6 +14,8 @@ import json
 import numpy as np
 import pytest
 
+from conftest import assert_user_error
+
 pytestmark = pytest.mark.slow
 
 BANDS = 8
@@ -135,3 +137,18 @@ def test_a_score_the_data_does_move_is_judged(run_cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     presence = _manifest(out)["validation"]["outputs"][1]
     assert presence["unjudged"] is None and presence["collapsed"] is None
+
+
+def test_a_collapse_on_a_device_that_runs_no_float_op_is_one_error_naming_the_output(
+        run_cli, tmp_path):
+    """The Edge TPU compiler takes full-integer models only: the float-tail rescue would
+    write a model the device refuses ("quantize to full integer first", said of a w8a8
+    build), so the build fails on the collapse itself, naming the output and the options."""
+    model, data, out = tmp_path / "mel.tflite", tmp_path / "audio.npz", tmp_path / "dist"
+    _log_power_tflite(model)
+    np.savez(data, audio=_audio(48, 1))
+    result = run_cli("build", model, "--device", "coral-usb", "--calib", data, "-o", out)
+    assert_user_error(result, "--accept-collapsed")
+    assert "collapse floor" in result.stderr  # the output named, with its SQNR
+    assert "full integer first" not in result.stderr
+    assert not out.exists()
