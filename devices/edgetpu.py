@@ -70,10 +70,16 @@ def require_int8(graph: Graph, profile: DeviceProfile) -> None:
     if not float_ops:
         return
     first = ", ".join(f"#{op.index} {op.op}" for op in float_ops[:3])
+    quantized = any(op.op not in BOUNDARY_OPS and not compute_dtype(graph, op).startswith(
+        "float") for op in graph.ops_in_subgraph(0))
+    # a quantized model whose ops stayed float: the quantizer had no integer kernel for them
+    advice = (f"they stayed float in this quantized model (no integer kernel); {profile.name} "
+              "cannot run them: replace those ops in the model, or build for a device that "
+              "runs float ops beside its accelerator (pixel-npu, host-cpu)") if quantized else (
+        "quantize to full integer first (edgeopt build --scheme w8a8 with calibration data)")
     raise DeviceError(
         f"{profile.name} runs fully int8-quantized models only: {len(float_ops)} op(s) "
-        f"compute in float ({first}); quantize to full integer first (edgeopt build "
-        "--scheme w8a8 with calibration data)")
+        f"compute in float ({first}); {advice}")
 
 
 def _delegates_placement(graph: Graph, model: Any):

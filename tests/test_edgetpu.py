@@ -45,6 +45,25 @@ def test_float_model_is_refused_with_the_reason(coral):
         estimate(read_tflite(blob), coral, model=blob)
 
 
+def test_an_op_a_quantized_model_keeps_float_is_named_with_what_to_do(coral):
+    """ddddocr's REVERSE_V2 (a bidirectional RNN) has no int8 kernel: the w8a8 build keeps
+    it float, and 'quantize to full integer first' would send the user round in a circle."""
+    from edgeopt.devices.tflite_writer import GraphWriter
+
+    g = GraphWriter("int8")
+    x, r = g.activation((1, 8, 8, 4)), g.activation((1, 8, 8, 4))
+    g.op("RELU", [x], [r])  # an int8 op: the model is quantized
+    y = g.tensor((1, 8, 8, 4), "float32")
+    g.op("DEQUANTIZE", [r], [y], version=2)
+    z = g.tensor((1, 8, 8, 4), "float32")
+    g.op("LOGISTIC", [y], [z])
+    blob = g.build([x], [z])
+    with pytest.raises(DeviceError, match=r"1 op\(s\) compute in float \(#2 LOGISTIC\); "
+                                          r"they stayed float in this quantized model") as err:
+        estimate(read_tflite(blob), coral, model=blob)
+    assert "pixel-npu" in str(err.value) and "full integer first" not in str(err.value)
+
+
 def test_int8_model_maps_and_caches_its_parameters(coral):
     blob = conv_chain("int8")
     graph = read_tflite(blob)
