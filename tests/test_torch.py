@@ -38,11 +38,18 @@ class Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_pt2_is_told_from_content_and_exported_to_onnx(two_heads_pt2, tmp_path):
-    renamed = tmp_path / "model.bin"
+@pytest.fixture(scope="session")
+def heads_handle(two_heads_pt2, tmp_path_factory):
+    """The program loaded from a file whose name does not say .pt2 (one export, shared:
+    each takes seconds)."""
+    renamed = tmp_path_factory.mktemp("renamed") / "model.bin"
     renamed.write_bytes(two_heads_pt2.read_bytes())
-    assert detect_format(renamed) == "pt2"
-    handle = load_model(renamed)
+    return load_model(renamed)
+
+
+def test_pt2_is_told_from_content_and_exported_to_onnx(heads_handle):
+    assert detect_format(heads_handle.torch.pt2) == "pt2"
+    handle = heads_handle
     assert handle.format == "onnx" and handle.torch is not None
     assert [s.name for s in handle.inputs] == ["x"] and len(handle.outputs) == 2
     record = handle.torch.record()
@@ -50,10 +57,10 @@ def test_pt2_is_told_from_content_and_exported_to_onnx(two_heads_pt2, tmp_path):
     assert record["parity"]["cosine"] > 0.9999 and record["parity"]["max_abs"] < 1e-4
 
 
-def test_onnx_nodes_are_named_by_pytorch_module_path(two_heads_pt2):
+def test_onnx_nodes_are_named_by_pytorch_module_path(heads_handle):
     import onnx
 
-    handle = load_model(two_heads_pt2)
+    handle = heads_handle
     names = [n.name for n in onnx.load(str(handle.path)).graph.node]
     # The BatchNorm folded into its Conv names the block holding both.
     assert "features.0" in names and "features.1.0" in names and "classifier" in names
@@ -67,8 +74,7 @@ def test_onnx_nodes_are_named_by_pytorch_module_path(two_heads_pt2):
 
 
 def test_reference_runner_is_the_pytorch_program(two_heads_pt2):
-    handle = load_model(two_heads_pt2)
-    runner = ProgramRunner(handle.torch.program)
+    runner = ProgramRunner(load_program(two_heads_pt2))
     x = np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32)
     module = torch.export.load(two_heads_pt2).module()
     expected = [module(torch.from_numpy(x[i:i + 1]))[0].detach().numpy() for i in range(3)]
