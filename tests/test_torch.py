@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -208,3 +210,15 @@ def test_weight_names_that_reach_past_modules_are_refused(two_heads_pt2, tmp_pat
     bad = rewrite_pt2(two_heads_pt2, tmp_path / "bad.pt2", replace={
         "data/weights/model_weights_config.json": json.dumps(config).encode()})
     assert_user_error(run_cli("inspect", bad), "not a dotted module path")
+
+
+def test_export_without_torchvision_writes_nothing_on_stderr(two_heads_pt2):
+    # The torch extra brings no torchvision; torch.onnx then warned about each of its ops.
+    hidden = ("import runpy, sys; sys.modules['torchvision'] = None; "
+              "sys.argv = ['edgeopt', *sys.argv[1:]]; "
+              "runpy.run_module('edgeopt.cli', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", hidden, "inspect", str(two_heads_pt2)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "torchvision" not in result.stderr and result.stderr.strip() == "", result.stderr
+    assert "exported from PyTorch" in result.stdout
