@@ -222,3 +222,21 @@ def test_export_without_torchvision_writes_nothing_on_stderr(two_heads_pt2):
     assert result.returncode == 0, result.stderr
     assert "torchvision" not in result.stderr and result.stderr.strip() == "", result.stderr
     assert "exported from PyTorch" in result.stdout
+
+
+@pytest.mark.parametrize("saved_by, fragment", [("9.1.0", "saved by torch 9.1.0, newer than"),
+                                                ("2.0.0", "corrupt or truncated")])
+def test_program_torch_cannot_rebuild_names_a_newer_torch(two_heads_pt2, tmp_path, run_cli,
+                                                          saved_by, fragment):
+    # Same export schema, an op overload the installed torch lacks: what a newer torch can
+    # write. Blamed on the newer torch when the file says it came from one.
+    def newer_op(program):
+        program["torch_version"] = saved_by
+        node = next(n for n in program["graph_module"]["graph"]["nodes"]
+                    if n["target"].startswith("torch.ops.aten.conv2d."))
+        node["target"] = "torch.ops.aten.conv2d.added_in_a_later_release"
+
+    bad = rewrite_pt2(two_heads_pt2, tmp_path / "newer.pt2", edit=newer_op)
+    result = run_cli("inspect", bad)
+    assert_user_error(result, fragment)
+    assert len(result.stderr) < 600  # torch's own message quotes the whole node
