@@ -1,6 +1,6 @@
 """Print constraints.txt for the environment this runs in.
 
-Every package that `edgeopt[test,real]` (and the checkers CI runs) pulls in, with the
+Every package that `edgeopt[test,real,torch]` (and the checkers CI runs) pulls in, with the
 version installed here, read from the installed metadata: unlike `pip freeze`, nothing
 that merely happens to be installed gets pinned, and edgeopt itself is left out.
 
@@ -14,16 +14,19 @@ from importlib import metadata
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
-ROOTS = ["edgeopt[test,real]"]
+ROOTS = ["edgeopt[test,real,torch]"]
 CHECKERS = ["import-linter", "mypy"]  # run by the tests and CI, not imported by edgeopt
 # Build tools every venv brings its own of; pinning them fights pyproject's build-system.
 UNPINNED = {"edgeopt", "pip", "setuptools", "wheel"}
 
 HEADER = """\
 # The package versions that install together and pass the test suite (Python 3.11, Linux
-# x86_64): every package `pip install -e ".[test,real]"` brings in, pinned. README's commands
-# and .ci/run install with `-c constraints.txt`, so a new machine gets what CI checked.
+# x86_64): every package `pip install -e ".[test,real,torch]"` brings in, pinned. README's
+# commands and .ci/run install with `-c constraints.txt`, so a new machine gets what CI checked.
+# torch==2.13.0 matches the CPU wheel 2.13.0+cpu where pip finds one (on the CI machine, its
+# find-links folder); PyPI's own torch wheels for Linux are CUDA builds of several GB.
 # Regenerate from a venv that passes: python .ci/freeze_constraints.py > constraints.txt
 """
 
@@ -53,7 +56,8 @@ def closure(roots: list[str]) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             sys.exit(f"freeze_constraints: {req.name} is required but not installed")
         done[key] = done.get(key, set()) | extras
-        versions[key] = dist.version
+        # ==X matches X+cpu too; pinning the local label would refuse every other build
+        versions[key] = Version(dist.version).public
         todo.extend(_requirements(dist, done[key]))
     return versions
 

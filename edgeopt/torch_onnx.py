@@ -15,6 +15,7 @@ sees it. The .onnx then goes through edgeopt.model's ONNX checks like any user f
 from __future__ import annotations
 
 import ast
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,8 +131,15 @@ def name_by_module(model) -> tuple[int, frozenset[str]]:
     return len(renamed), frozenset(tensors)
 
 
+# torch.onnx warns once per torchvision op it skips when torchvision is absent (the torch
+# extra does not bring it): four lines on stderr before edgeopt's own output, about ops the
+# allowlist refuses anyway.
+_REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
+
+
 def _export(program, path: Path):
     torch = import_torch()
+    logging.getLogger(_REGISTRATION_LOGGER).setLevel(logging.ERROR)
     try:
         exported = torch.onnx.export(program, _example_args(program), dynamo=True,
                                      opset_version=OPSET, optimize=True, verbose=False)

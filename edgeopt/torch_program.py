@@ -150,9 +150,32 @@ def load_program(path: Path):
     except ModelLoadError:
         raise
     except Exception as exc:  # torch's deserializer raises many types for a bad program
+        why = (f"it was saved by torch {checked.torch_version}, newer than the installed "
+               f"{import_torch().__version__}: install torch {checked.torch_version} or newer, "
+               "or save the program with the installed torch"
+               if _newer_than_installed(checked.torch_version) else
+               "the file is corrupt or truncated")
+        # torch's message can quote a whole node (a kilobyte); the start says which
+        text = first_line(exc)
+        text = text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
         raise ModelLoadError(f"{path}: torch cannot rebuild the exported program "
-                             f"({type(exc).__name__}: {first_line(exc)}); the file is "
-                             "corrupt or truncated") from None
+                             f"({type(exc).__name__}: {text}); {why}") from None
+
+
+_MESSAGE_CHARS = 160
+
+
+_RELEASE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def _newer_than_installed(saved_by: str) -> bool:
+    """Whether the torch that saved a program is a newer release than the installed one (a
+    newer torch can write ops or fields an older one cannot rebuild, within one schema)."""
+    saved, installed = _RELEASE.match(saved_by), _RELEASE.match(import_torch().__version__)
+    if saved is None or installed is None:
+        return False
+    return tuple(int(g or 0) for g in saved.groups()) > \
+        tuple(int(g or 0) for g in installed.groups())
 
 
 def program_inputs(program) -> list[str]:

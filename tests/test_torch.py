@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -38,11 +40,18 @@ class Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_pt2_is_told_from_content_and_exported_to_onnx(two_heads_pt2, tmp_path):
-    renamed = tmp_path / "model.bin"
+@pytest.fixture(scope="session")
+def heads_handle(two_heads_pt2, tmp_path_factory):
+    """The program loaded from a file whose name does not say .pt2 (one export, shared:
+    each takes seconds)."""
+    renamed = tmp_path_factory.mktemp("renamed") / "model.bin"
     renamed.write_bytes(two_heads_pt2.read_bytes())
-    assert detect_format(renamed) == "pt2"
-    handle = load_model(renamed)
+    return load_model(renamed)
+
+
+def test_pt2_is_told_from_content_and_exported_to_onnx(heads_handle):
+    assert detect_format(heads_handle.torch.pt2) == "pt2"
+    handle = heads_handle
     assert handle.format == "onnx" and handle.torch is not None
     assert [s.name for s in handle.inputs] == ["x"] and len(handle.outputs) == 2
     record = handle.torch.record()
@@ -50,10 +59,10 @@ def test_pt2_is_told_from_content_and_exported_to_onnx(two_heads_pt2, tmp_path):
     assert record["parity"]["cosine"] > 0.9999 and record["parity"]["max_abs"] < 1e-4
 
 
-def test_onnx_nodes_are_named_by_pytorch_module_path(two_heads_pt2):
+def test_onnx_nodes_are_named_by_pytorch_module_path(heads_handle):
     import onnx
 
-    handle = load_model(two_heads_pt2)
+    handle = heads_handle
     names = [n.name for n in onnx.load(str(handle.path)).graph.node]
     # The BatchNorm folded into its Conv names the block holding both.
     assert "features.0" in names and "features.1.0" in names and "classifier" in names
@@ -67,8 +76,7 @@ def test_onnx_nodes_are_named_by_pytorch_module_path(two_heads_pt2):
 
 
 def test_reference_runner_is_the_pytorch_program(two_heads_pt2):
-    handle = load_model(two_heads_pt2)
-    runner = ProgramRunner(handle.torch.program)
+    runner = ProgramRunner(load_program(two_heads_pt2))
     x = np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32)
     module = torch.export.load(two_heads_pt2).module()
     expected = [module(torch.from_numpy(x[i:i + 1]))[0].detach().numpy() for i in range(3)]
@@ -202,3 +210,33 @@ def test_weight_names_that_reach_past_modules_are_refused(two_heads_pt2, tmp_pat
     bad = rewrite_pt2(two_heads_pt2, tmp_path / "bad.pt2", replace={
         "data/weights/model_weights_config.json": json.dumps(config).encode()})
     assert_user_error(run_cli("inspect", bad), "not a dotted module path")
+
+
+def test_export_without_torchvision_writes_nothing_on_stderr(two_heads_pt2):
+    # The torch extra brings no torchvision; torch.onnx then warned about each of its ops.
+    hidden = ("import runpy, sys; sys.modules['torchvision'] = None; "
+              "sys.argv = ['edgeopt', *sys.argv[1:]]; "
+              "runpy.run_module('edgeopt.cli', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", hidden, "inspect", str(two_heads_pt2)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "torchvision" not in result.stderr and result.stderr.strip() == "", result.stderr
+    assert "exported from PyTorch" in result.stdout
+
+
+@pytest.mark.parametrize("saved_by, fragment", [("9.1.0", "saved by torch 9.1.0, newer than"),
+                                                ("2.0.0", "corrupt or truncated")])
+def test_program_torch_cannot_rebuild_names_a_newer_torch(two_heads_pt2, tmp_path, run_cli,
+                                                          saved_by, fragment):
+    # Same export schema, an op overload the installed torch lacks: what a newer torch can
+    # write. Blamed on the newer torch when the file says it came from one.
+    def newer_op(program):
+        program["torch_version"] = saved_by
+        node = next(n for n in program["graph_module"]["graph"]["nodes"]
+                    if n["target"].startswith("torch.ops.aten.conv2d."))
+        node["target"] = "torch.ops.aten.conv2d.added_in_a_later_release"
+
+    bad = rewrite_pt2(two_heads_pt2, tmp_path / "newer.pt2", edit=newer_op)
+    result = run_cli("inspect", bad)
+    assert_user_error(result, fragment)
+    assert len(result.stderr) < 600  # torch's own message quotes the whole node
