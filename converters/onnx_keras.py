@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt.converters.onnx_frozen import encode, layer_class, one_node_model, run_once
 from edgeopt.errors import ConversionError
 from edgeopt.tf_env import quiet_tensorflow
 
@@ -43,6 +44,7 @@ class Imported:
     kinds: dict[str, str] = field(default_factory=dict)
     flatten_shapes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     input_perms: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    frozen: dict[str, str] = field(default_factory=dict)  # node -> why it is kept whole
 
 
 @dataclass
@@ -65,6 +67,7 @@ class _Importer:
             for name in node.input:
                 self.consumers.setdefault(name, []).append(node)
         self.fused: set[str] = set()
+        self.types = _value_types(proto)
 
     # -- helpers ---------------------------------------------------------------------
     def unsupported(self, node: Any, why: str) -> UnsupportedNode:
@@ -411,6 +414,143 @@ def _passthrough(imp: _Importer, node: Any) -> None:
     imp.values[node.output[0]] = imp.value(node)
 
 
+# -- nodes kept whole (converters/onnx_frozen.py) -----------------------------------------
+
+# Ops that act on each element alone: the channel layout passes through them.
+ELEMENTWISE = {"Sqrt", "Exp", "Reciprocal", "Abs", "Neg", "Erf", "Softplus", "Log", "Floor",
+               "Ceil", "Round", "Sign", "Elu", "Selu", "Gelu", "Mish", "Sin", "Cos", "Relu",
+               "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu", "Clip", "Cast",
+               "Identity", "Softsign", "ThresholdedRelu"}
+
+
+def _value_types(proto: Any) -> dict[str, tuple[int, list[int]]]:
+    """ONNX element type and dims (-1 unknown) of every tensor shape inference reaches."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # shape inference raises several types; then only declared ones
+        inferred = proto
+    graph = inferred.graph
+    types = {}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            continue
+        types[value.name] = (tensor.elem_type, [d.dim_value if d.HasField("dim_value") else -1
+                                                for d in tensor.shape.dim])
+    return types
+
+
+def _axes_off_channel(imp: _Importer, node: Any, rank: int) -> bool:
+    """Whether a rank-4 Slice/Split/Pad/Resize/Transpose leaves the channel axis alone."""
+    op, attrs = node.op_type, _attrs(node)
+    if op == "Transpose":
+        perm = list(attrs.get("perm", range(rank)[::-1]))
+        return perm[:2] == [0, 1]
+    if op == "Split":
+        return int(attrs.get("axis", 0)) % rank not in (0, 1)
+    if op == "Slice":
+        if len(node.input) < 4 or not node.input[3] or node.input[3] not in imp.consts:
+            return False
+        return not {int(a) % rank for a in imp.consts[node.input[3]].reshape(-1)} & {0, 1}
+    if op == "Pad":
+        pads = imp.consts.get(node.input[1]) if len(node.input) > 1 else None
+        return pads is not None and not pads.reshape(-1)[[0, 1, rank, rank + 1]].any()
+    if op == "Resize":
+        scales = imp.consts.get(node.input[2]) if len(node.input) > 2 else None
+        sizes = len(node.input) > 3 and node.input[3]
+        return (not sizes and scales is not None and scales.size == 4
+                and scales[0] == 1 and scales[1] == 1)
+    return False
+
+
+def _passes_channels(imp: _Importer, node: Any, tensors: list[str]) -> bool:
+    if len(tensors) != 1:
+        return False
+    rank = imp.values[tensors[0]].rank
+    if node.op_type in ELEMENTWISE:
+        return True
+    if node.op_type == "Pow":
+        exponent = imp.consts.get(node.input[1])
+        return exponent is not None and exponent.size == 1
+    return rank == 4 and _axes_off_channel(imp, node, rank)
+
+
+def _fold_constant(imp: _Importer, node: Any) -> None:
+    """A node of constants only (a shape computation onnxslim left): its value, now."""
+    outputs = [(name, imp.types.get(name, (1, []))[0], None) for name in node.output if name]
+    content = one_node_model(node, imp.proto, [], imp.consts, outputs, None)
+    for name, array in zip([n for n in node.output if n], run_once(content, {})):
+        imp.consts[name] = np.asarray(array)
+
+
+def _frozen(imp: _Importer, node: Any, why: str) -> None:
+    """Keep ``node`` whole (see converters/onnx_frozen.py); refuse what cannot run alone."""
+    if any(a.type in (5, 10) for a in node.attribute):  # GRAPH / GRAPHS: If, Loop, Scan
+        raise imp.unsupported(node, f"{why}; a node with subgraphs cannot be kept whole "
+                              "either (fix the input shapes or values with --input-shape / "
+                              "--input-value so onnxslim folds it, or prune the model "
+                              "before exporting it to ONNX)")
+    tensors = [name for name in node.input if name and name not in imp.consts]
+    if not tensors:
+        _fold_constant(imp, node)
+        return
+    missing = [name for name in tensors if name not in imp.values]
+    if missing:
+        raise imp.unsupported(node, f"input '{missing[0]}' is not a tensor edgeopt imported")
+    passthrough = _passes_channels(imp, node, tensors)
+    ins, convs = [], []
+    for name in tensors:
+        value = imp.values[name]
+        ins.append((name, *_typed(imp, node, name)))
+        convs.append("nchw" if value.rank == 4 else
+                     "none" if value.flat_from is None or passthrough
+                     else "flat:" + ",".join(str(v) for v in value.flat_from))
+    outs = [(name, *_typed(imp, node, name)) for name in node.output if name]
+    channel_axis = None
+    if passthrough:
+        channel_axis = 1 if imp.values[tensors[0]].rank == 4 else len(ins[0][2]) - 1
+    content = encode(one_node_model(node, imp.proto, ins, imp.consts, outs, channel_axis))
+    cls = layer_class()
+    args = [imp.values[name].tensor for name in tensors]
+    for index, (name, _, dims) in enumerate(outs):
+        rank = len(dims)
+        layer = cls(content, [i[0] for i in ins], [_numpy_type(i[1]) for i in ins], convs,
+                    index, _keras_dims(dims), "nchw" if rank == 4 else "none", passthrough,
+                    node.name, name=imp.layer_name(node) + (f"_{index}" if index else ""))
+        y = layer(args if len(args) > 1 else args[0])
+        flat = imp.values[tensors[0]].flat_from if passthrough else None
+        imp.values[name] = _Value(y, rank, flat)
+    imp.result.frozen[node.name] = ("channels pass through: " if passthrough else
+                                    "channels kept: ") + why
+    imp.result.kinds[node.name] = "passthrough" if passthrough else "frozen"
+
+
+def _typed(imp: _Importer, node: Any, name: str) -> tuple[int, list[int]]:
+    """(ONNX dtype, dims) of a tensor the node reads or writes: static, batch first."""
+    found = imp.types.get(name)
+    if found is None or any(d < 0 for d in found[1]):
+        raise imp.unsupported(node, f"the shape of '{name}' is not known statically, so the "
+                              "node cannot be kept whole; fix the input shapes with "
+                              "--input-shape")
+    if not found[1] or found[1][0] != 1:
+        raise imp.unsupported(node, f"'{name}' has shape {found[1]}, with no batch axis "
+                              "first; pruning keeps such a node only when its tensors are "
+                              "batch-first (prune the model before it is exported to ONNX)")
+    return found
+
+
+def _keras_dims(dims: list[int]) -> list[int]:
+    return [dims[0], dims[2], dims[3], dims[1]] if len(dims) == 4 else list(dims)
+
+
+def _numpy_type(onnx_type: int) -> str:
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type)).name
+
+
 HANDLERS: dict[str, Callable[[_Importer, Any], None]] = {
     "Conv": _conv, "BatchNormalization": _batchnorm, "Relu": _activation("relu"),
     "Clip": _activation("clip"), "Sigmoid": _activation("sigmoid"),
@@ -451,6 +591,20 @@ def _inputs(imp: _Importer) -> list[Any]:
     return tensors
 
 
+def _import_node(imp: _Importer, node: Any) -> None:
+    """A Keras layer per node; a node with none (or none for its attributes) is kept whole."""
+    handler = HANDLERS.get(node.op_type)
+    if handler is None:
+        _frozen(imp, node, "this op has no prunable Keras equivalent")
+        return
+    try:
+        handler(imp, node)
+    except UnsupportedNode as exc:
+        imp.result.kinds.pop(node.name, None)
+        imp.result.layers.pop(node.name, None)
+        _frozen(imp, node, str(exc).split("): ", 1)[-1])
+
+
 def import_onnx(proto: Any) -> Imported:
     """Build the Keras model of an ONNX graph; UnsupportedNode names the first bad node."""
     quiet_tensorflow()
@@ -470,10 +624,7 @@ def import_onnx(proto: Any) -> Imported:
 
             imp.consts[node.output[0]] = numpy_helper.to_array(_attrs(node)["value"])
             continue
-        handler = HANDLERS.get(node.op_type)
-        if handler is None:
-            raise imp.unsupported(node, "this op has no prunable Keras equivalent")
-        handler(imp, node)
+        _import_node(imp, node)
     outputs = []
     for value in proto.graph.output:
         if value.name not in imp.values:
