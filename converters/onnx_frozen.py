@@ -40,7 +40,9 @@ def one_node_model(node: Any, proto: Any, inputs: list[tuple[str, int, list]],
     import onnx
     from onnx import helper, numpy_helper
 
-    def info(name: str, dtype: int, dims: list) -> Any:
+    def info(name: str, dtype: int, dims: list | None) -> Any:
+        if dims is None:  # a folded constant: any shape
+            return helper.make_tensor_value_info(name, dtype, None)
         dims = list(dims)
         if channel_axis is not None:
             dims[channel_axis] = "C"

@@ -335,6 +335,8 @@ def _flatten(imp: _Importer, node: Any) -> None:
     import keras
 
     src = imp.value(node)
+    if src.rank not in (2, 4):
+        raise imp.unsupported(node, f"flattening a {src.rank}-D tensor")
     if node.op_type == "Reshape":
         shape = imp.const(node, 1).tolist()
         if len(shape) != 2 or shape[1] not in (-1, int(np.prod(src.tensor.shape[1:]))):
@@ -577,12 +579,10 @@ def _inputs(imp: _Importer) -> list[Any]:
                 for d in value.type.tensor_type.shape.dim]
         if len(dims) == 4 and all(d > 0 for d in dims[1:]):
             shape, perm = (dims[2], dims[3], dims[1]), NCHW_TO_NHWC
-        elif len(dims) == 2 and dims[1] > 0:
-            shape, perm = (dims[1],), None
+        elif len(dims) in (2, 3) and all(d > 0 for d in dims[1:]) and dims[0] in (-1, 1):
+            shape, perm = tuple(dims[1:]), None
         else:
-            raise UnsupportedNode(f"cannot prune: input '{value.name}' has shape {dims}; "
-                                  "pruning needs an NCHW image or a 2-D input with static "
-                                  "non-batch dimensions (fix them with --input-shape)")
+            raise UnsupportedNode(_input_refusal(value.name, dims))
         tensor = keras.Input(shape, name=value.name)
         imp.values[value.name] = _Value(tensor, len(dims))
         if perm:
@@ -603,6 +603,21 @@ def _import_node(imp: _Importer, node: Any) -> None:
         imp.result.kinds.pop(node.name, None)
         imp.result.layers.pop(node.name, None)
         _frozen(imp, node, str(exc).split("): ", 1)[-1])
+
+
+def _input_refusal(name: str, dims: list[int]) -> str:
+    """The one-line reason an input cannot be pruned, and what the user can do."""
+    head = f"cannot prune: input '{name}' has shape {dims}"
+    if any(d < 0 for d in dims[1:]):
+        return (f"{head}; pruning needs static non-batch dimensions: fix them with "
+                f"--input-shape {name}:1,...")
+    if len(dims) in (2, 3, 4):  # batch not first: a recurrent state ([layers, N, hidden])
+        return (f"{head}, its batch not on the first axis (a recurrent state?); edgeopt "
+                "prunes only batch-first inputs (an NCHW image, [N, features], [N, steps, "
+                "features]): prune the network in its training framework before it is "
+                "exported with this input, or build it unpruned with `edgeopt build`")
+    return (f"{head}; edgeopt prunes NCHW images, [N, features] and [N, steps, features] "
+            "inputs: build this model unpruned with `edgeopt build`")
 
 
 def import_onnx(proto: Any) -> Imported:
@@ -628,7 +643,9 @@ def import_onnx(proto: Any) -> Imported:
     outputs = []
     for value in proto.graph.output:
         if value.name not in imp.values:
-            raise UnsupportedNode(f"cannot prune: output '{value.name}' was not imported")
+            raise UnsupportedNode(f"cannot prune: output '{value.name}' is not computed "
+                                  "from the model's inputs; build the model unpruned with "
+                                  "`edgeopt build`")
         outputs.append(imp.values[value.name].tensor)
     imp.result.model = keras.Model(inputs, outputs, name="onnx_import")
     return imp.result

@@ -93,7 +93,18 @@ def trainable_model(handle, workdir: Path) -> Trainable:
         imported = import_onnx(proto)
         return Trainable(imported.model, "onnx", imported, dict(imported.input_perms))
     raise ConfigError(f"pruning needs the trainable source model (.keras or .onnx), not a "
-                      f"{handle.format} file: {handle.path.name}")
+                      f"{handle.format} file: {handle.path.name} keeps no trainable layers; "
+                      "pass the .keras or .onnx it was converted from (save a SavedModel "
+                      "as .keras first), or build this file unpruned with `edgeopt build`")
+
+
+def _refuse_frozen(trainable: Trainable, way_out: str) -> None:
+    """An ONNX node pruning keeps whole runs in onnxruntime (converters/onnx_frozen.py)."""
+    frozen = trainable.imported.frozen if trainable.imported is not None else {}
+    if frozen:
+        node = next(iter(frozen))
+        raise ConfigError(f"the ONNX model has {len(frozen)} node(s) with no Keras layer, "
+                          f"kept whole (first: '{node}'); {way_out}")
 
 
 def _static_onnx(handle, workdir: Path) -> Path:
@@ -127,8 +138,11 @@ def read_prune_recipe(path: str) -> dict[str, float]:
 
 def _single_input(handle) -> str:
     if len(handle.inputs) != 1:
+        names = ", ".join(spec.name for spec in handle.inputs)
         raise ConfigError(f"compression trains on single-input models; {handle.path.name} has "
-                          f"{len(handle.inputs)} inputs")
+                          f"{len(handle.inputs)} inputs ({names}); prune the network in its "
+                          "training framework before it is exported with these inputs, or "
+                          "build it unpruned with `edgeopt build`")
     return handle.inputs[0].name
 
 
@@ -238,6 +252,8 @@ def compress_model(handle, data, settings: CompressSettings, workdir: Path,
     progress(f"reading {handle.path.name} as trainable layers")
     trainable = trainable_model(handle, workdir)
     name = _single_input(handle)
+    if settings.distill:
+        _refuse_frozen(trainable, "--distill cannot train through it: drop --distill")
     samples = labels = None
     if data is not None:
         samples = trainable.to_keras_layout(name, data.arrays[name][:64]).astype("float32")
@@ -268,6 +284,8 @@ def write_model(compressed: Compressed, fmt: str, workdir: Path) -> bytes:
             raise ConfigError("an .onnx output needs an .onnx input model (edgeopt does not "
                               "export Keras to ONNX); write .tflite or .keras")
         return export_onnx(compressed.trainable.imported, compressed.model)
+    _refuse_frozen(compressed.trainable, "only onnxruntime runs it: write -o NAME.onnx and "
+                   "build that .onnx for the device")
     if compressed.record["pattern"] in ("2:4", "unstructured"):
         sparse = write_sparse_tflite(compressed.model)
         compressed.record["tflite"] = {"sparse_format": sparse.sparse_format,
