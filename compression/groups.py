@@ -189,7 +189,8 @@ def _rule_onnx_node(b: _Builder, node: LayerNode) -> np.ndarray:
         layout = b.layouts[name]
         for atom in layout[layout >= 0]:
             b.uf.lock(int(atom))
-    return np.full(b.channels(node.name), -1, dtype=np.int64)
+    shape = b.model.get_layer(node.name).output.shape
+    return np.full(int(shape[-1]) if len(shape) > 1 else 1, -1, dtype=np.int64)
 
 
 def _rule_depthwise(b: _Builder, node: LayerNode) -> np.ndarray:

@@ -114,12 +114,13 @@ def layer_class() -> Any:
                                                      providers=["CPUExecutionProvider"])
             rows = []
             for b in range(len(arrays[0])):  # the node was shaped for batch 1
-                feeds = {name: _to_onnx(a[b:b + 1], conv).astype(dtype)
+                feeds = {name: _sample(a, b, conv).astype(dtype)
                          for name, dtype, conv, a in zip(self.input_names, self.input_dtypes,
                                                           self.input_convs, arrays)}
                 out = self._session.run(None, feeds)[self.output_index]
                 rows.append(np.asarray(out, "float32"))
-            y = np.concatenate(rows)
+            # a tensor with no batch axis first is one value per sample, stacked
+            y = np.stack(rows) if self.output_conv == "stack" else np.concatenate(rows)
             return np.ascontiguousarray(y.transpose(NCHW_TO_NHWC)) \
                 if self.output_conv == "nchw" else y
 
@@ -133,6 +134,11 @@ def layer_class() -> Any:
 
     _CLASS.append(OnnxOp)
     return OnnxOp
+
+
+def _sample(array: np.ndarray, b: int, conv: str) -> np.ndarray:
+    """Sample ``b`` of a Keras batch as the ONNX node reads it (batch 1, or unbatched)."""
+    return np.asarray(array[b]) if conv == "stack" else _to_onnx(array[b:b + 1], conv)
 
 
 def _to_onnx(array: np.ndarray, conv: str) -> np.ndarray:

@@ -52,6 +52,7 @@ class _Value:
     tensor: Any
     rank: int
     flat_from: tuple[int, int, int] | None = None  # (h, w, c) when flattened from NHWC
+    stacked: bool = False  # no batch axis first: one ONNX value per sample, stacked
 
 
 class _Importer:
@@ -501,15 +502,17 @@ def _frozen(imp: _Importer, node: Any, why: str) -> None:
     missing = [name for name in tensors if name not in imp.values]
     if missing:
         raise imp.unsupported(node, f"input '{missing[0]}' is not a tensor edgeopt imported")
-    passthrough = _passes_channels(imp, node, tensors)
-    ins, convs = [], []
+    ins = [(name, *_typed(imp, node, name)) for name in tensors]
+    outs = [(name, *_typed(imp, node, name)) for name in node.output if name]
+    batched = all(_batched(dims) and not imp.values[n].stacked for n, _, dims in ins) and \
+        all(_batched(dims) for _, _, dims in outs)
+    passthrough = batched and _passes_channels(imp, node, tensors)
+    convs = []
     for name in tensors:
         value = imp.values[name]
-        ins.append((name, *_typed(imp, node, name)))
-        convs.append("nchw" if value.rank == 4 else
+        convs.append("stack" if value.stacked else "nchw" if value.rank == 4 else
                      "none" if value.flat_from is None or passthrough
                      else "flat:" + ",".join(str(v) for v in value.flat_from))
-    outs = [(name, *_typed(imp, node, name)) for name in node.output if name]
     channel_axis = None
     if passthrough:
         channel_axis = 1 if imp.values[tensors[0]].rank == 4 else len(ins[0][2]) - 1
@@ -517,13 +520,14 @@ def _frozen(imp: _Importer, node: Any, why: str) -> None:
     cls = layer_class()
     args = [imp.values[name].tensor for name in tensors]
     for index, (name, _, dims) in enumerate(outs):
-        rank = len(dims)
+        rank, stacked = len(dims), not _batched(dims)
+        conv = "stack" if stacked else "nchw" if rank == 4 else "none"
         layer = cls(content, [i[0] for i in ins], [_numpy_type(i[1]) for i in ins], convs,
-                    index, _keras_dims(dims), "nchw" if rank == 4 else "none", passthrough,
+                    index, [1, *dims] if stacked else _keras_dims(dims), conv, passthrough,
                     node.name, name=imp.layer_name(node) + (f"_{index}" if index else ""))
         y = layer(args if len(args) > 1 else args[0])
         flat = imp.values[tensors[0]].flat_from if passthrough else None
-        imp.values[name] = _Value(y, rank, flat)
+        imp.values[name] = _Value(y, rank, flat, stacked)
     imp.result.frozen[node.name] = ("channels pass through: " if passthrough else
                                     "channels kept: ") + why
     imp.result.kinds[node.name] = "passthrough" if passthrough else "frozen"
@@ -536,11 +540,12 @@ def _typed(imp: _Importer, node: Any, name: str) -> tuple[int, list[int]]:
         raise imp.unsupported(node, f"the shape of '{name}' is not known statically, so the "
                               "node cannot be kept whole; fix the input shapes with "
                               "--input-shape")
-    if not found[1] or found[1][0] != 1:
-        raise imp.unsupported(node, f"'{name}' has shape {found[1]}, with no batch axis "
-                              "first; pruning keeps such a node only when its tensors are "
-                              "batch-first (prune the model before it is exported to ONNX)")
     return found
+
+
+def _batched(dims: list[int]) -> bool:
+    """Batch first (compress fixes the batch to 1)."""
+    return bool(dims) and dims[0] == 1
 
 
 def _keras_dims(dims: list[int]) -> list[int]:
@@ -596,6 +601,9 @@ def _import_node(imp: _Importer, node: Any) -> None:
     handler = HANDLERS.get(node.op_type)
     if handler is None:
         _frozen(imp, node, "this op has no prunable Keras equivalent")
+        return
+    if any(imp.values[n].stacked for n in node.input if n in imp.values):
+        _frozen(imp, node, "an input has no batch axis first")
         return
     try:
         handler(imp, node)

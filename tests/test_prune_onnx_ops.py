@@ -160,3 +160,15 @@ def test_a_state_input_says_what_to_do(tmp_path):
     with pytest.raises(UnsupportedNode, match=r"'state' has shape \[2, 1, 128\].*recurrent "
                                               r"state.*edgeopt build"):
         import_onnx(proto)
+
+
+def test_a_scalar_computed_from_the_data_is_kept_per_sample(tmp_path):
+    """x / max(x) (magika's normalization): the max has no batch axis; each sample's value
+    is kept, and the multiply that reads it keeps its channels."""
+    net = OnnxNet()
+    x = net.node("Relu", [net.conv("x", 3, 8)])
+    scale = net.node("Reciprocal", [net.node("ReduceMax", [x], keepdims=0)])
+    y = net.node("Relu", [net.conv(net.node("Mul", [x, scale]), 8, 8)])
+    imported, result = _roundtrip(net, _head(net, y, 8), tmp_path)
+    assert imported.frozen["mul_5"].startswith("channels kept")
+    assert _channels(result, "conv_6")[1] < 8
