@@ -173,6 +173,8 @@ def _batchnorm(imp: _Importer, node: Any) -> None:
     import keras
 
     src = imp.value(node)
+    if src.rank not in (2, 4):  # elsewhere ONNX's channel axis is not Keras' last
+        raise imp.unsupported(node, f"BatchNormalization of a {src.rank}-D tensor")
     gamma, beta, mean, var = (imp.const(node, i) for i in range(1, 5))
     eps = float(_attrs(node).get("epsilon", 1e-5))
     axis = -1 if src.rank == 4 else 1
@@ -272,6 +274,8 @@ def _merge(kind: str) -> Callable[[_Importer, Any], None]:
             _scalar_arith(imp, node)
             return
         values = [imp.value(node, i) for i in range(len(node.input))]
+        if len({v.tensor.shape[-1] for v in values}) != 1 or len({v.rank for v in values}) != 1:
+            raise imp.unsupported(node, f"{node.op_type} broadcasting over channels")
         layer = {"add": keras.layers.Add, "mul": keras.layers.Multiply}[kind](
             name=imp.layer_name(node))
         rank = max(v.rank for v in values)
@@ -286,6 +290,8 @@ def _concat(imp: _Importer, node: Any) -> None:
     values = [imp.value(node, i) for i in range(len(node.input))]
     axis = int(_attrs(node).get("axis", 1))
     rank = values[0].rank
+    if rank not in (2, 4) or any(v.rank != rank for v in values):
+        raise imp.unsupported(node, f"Concat of {rank}-D tensors")
     if axis not in (1, 1 - rank):
         raise imp.unsupported(node, f"Concat on axis {axis} (only the channel axis)")
     layer = keras.layers.Concatenate(axis=-1, name=imp.layer_name(node))
@@ -297,6 +303,8 @@ def _global_pool(kind: str) -> Callable[[_Importer, Any], None]:
         import keras
 
         src = imp.value(node)
+        if src.rank != 4:
+            raise imp.unsupported(node, f"pooling a {src.rank}-D tensor")
         if node.op_type == "ReduceMean":
             attrs = _attrs(node)
             axes = attrs.get("axes") or (imp.const(node, 1).tolist() if len(node.input) > 1
@@ -319,6 +327,8 @@ def _pool(kind: str) -> Callable[[_Importer, Any], None]:
         import keras
 
         src = imp.value(node)
+        if src.rank != 4:
+            raise imp.unsupported(node, f"pooling a {src.rank}-D tensor")
         attrs = _attrs(node)
         size = tuple(attrs["kernel_shape"])
         pads = _pads(node, attrs, size)
@@ -607,10 +617,10 @@ def _import_node(imp: _Importer, node: Any) -> None:
         return
     try:
         handler(imp, node)
-    except UnsupportedNode as exc:
+    except (UnsupportedNode, ValueError) as exc:  # ValueError: Keras refused the shapes
         imp.result.kinds.pop(node.name, None)
         imp.result.layers.pop(node.name, None)
-        _frozen(imp, node, str(exc).split("): ", 1)[-1])
+        _frozen(imp, node, str(exc).split("): ", 1)[-1].splitlines()[0])
 
 
 def _input_refusal(name: str, dims: list[int]) -> str:

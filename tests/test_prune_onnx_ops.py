@@ -172,3 +172,19 @@ def test_a_scalar_computed_from_the_data_is_kept_per_sample(tmp_path):
     imported, result = _roundtrip(net, _head(net, y, 8), tmp_path)
     assert imported.frozen["mul_5"].startswith("channels kept")
     assert _channels(result, "conv_6")[1] < 8
+
+
+def test_3d_tensors_keep_onnx_semantics(tmp_path):
+    """A detector head's [N, C, L] tensors (Concat on axis 1, 1-D pooling, BatchNorm on
+    axis 1): ONNX's channel axis is not Keras' last there, so these run as they are."""
+    net = OnnxNet()
+    x = net.node("Relu", [net.conv("x", 3, 8)])
+    boxes = net.node("Reshape", [net.conv(x, 8, 4, 1), net.int64s([1, 4, -1])])
+    scores = net.node("Reshape", [net.conv(x, 8, 6, 1), net.int64s([1, 6, -1])])
+    y = net.node("Concat", [boxes, scores], axis=1)
+    y = net.node("MaxPool", [net.bn(y, 10)], kernel_shape=[2], strides=[2])
+    out = net.node("Reshape", [y, net.int64s([1, -1])])
+    imported, result = _roundtrip(net, out, tmp_path, classes=10 * 32)
+    kept = {name.rsplit("_", 1)[0] for name in imported.frozen}
+    assert {"concat", "maxpool", "batchnormalization"} <= kept
+    assert _channels(result, "conv_1")[1] < 8
