@@ -366,6 +366,50 @@ def _flatten(imp: _Importer, node: Any) -> None:
     imp.keep(node, layer, layer(src.tensor), 2, kind, (h, w, c) if h * w > 1 else None)
 
 
+def _resize(imp: _Importer, node: Any) -> None:
+    """Integer-scale upsampling (an FPN's nearest x2, bilinear with half-pixel centres) as
+    UpSampling2D: channels pass through it. Other resizes are kept whole (onnx_frozen)."""
+    import keras
+
+    src = imp.value(node)
+    scales = imp.const(node, 2, required=False) if len(node.input) > 2 else None
+    if src.rank != 4 or scales is None or scales.size != 4 or (len(node.input) > 3
+                                                                and node.input[3]):
+        raise imp.unsupported(node, "Resize other than by constant scales of an image")
+    factors = [float(v) for v in scales.reshape(-1)]
+    if factors[:2] != [1.0, 1.0] or any(f < 1 or f != int(f) for f in factors[2:]):
+        raise imp.unsupported(node, f"Resize by scales {factors} (only integer upsampling)")
+    interpolation = _resize_interpolation(_attrs(node), max(factors[2:]))
+    if interpolation is None:
+        raise imp.unsupported(node, "Resize with a mode/coordinate transform that is not a "
+                              "plain repeat or half-pixel bilinear")
+    layer = keras.layers.UpSampling2D((int(factors[2]), int(factors[3])),
+                                      interpolation=interpolation, name=imp.layer_name(node))
+    imp.keep(node, layer, layer(src.tensor), 4, "resize")
+
+
+def _resize_interpolation(attrs: dict, scale: float) -> str | None:
+    """'nearest' where ONNX's rounding repeats each pixel, 'bilinear' where ONNX samples at
+    half-pixel centres as TensorFlow does; None otherwise."""
+    def text(key: str, default: str) -> str:
+        value = attrs.get(key, default)
+        return value.decode() if isinstance(value, bytes) else value
+
+    mode = text("mode", "nearest")
+    transform = text("coordinate_transformation_mode", "half_pixel")
+    if mode == "linear":
+        return "bilinear" if transform in ("half_pixel", "pytorch_half_pixel") else None
+    if mode != "nearest":
+        return None
+    rounding = text("nearest_mode", "round_prefer_floor")
+    if transform in ("half_pixel", "pytorch_half_pixel"):  # offsets stay within +-0.5
+        return "nearest" if rounding.startswith("round") else None
+    if transform == "asymmetric":
+        ok = rounding == "floor" or (rounding == "round_prefer_floor" and scale <= 2)
+        return "nearest" if ok else None
+    return None
+
+
 def _chw_rows_to_hwc(flat_from: tuple[int, int, int] | None) -> np.ndarray | None:
     """Row order that turns a CHW-flattened weight into an HWC-flattened one."""
     if flat_from is None:
@@ -578,7 +622,7 @@ HANDLERS: dict[str, Callable[[_Importer, Any], None]] = {
     "GlobalAveragePool": _global_pool("avg"), "GlobalMaxPool": _global_pool("max"),
     "ReduceMean": _global_pool("avg"), "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
     "Flatten": _flatten, "Reshape": _flatten, "Gemm": _dense, "MatMul": _dense,
-    "Dropout": _passthrough, "Identity": _passthrough,
+    "Dropout": _passthrough, "Identity": _passthrough, "Resize": _resize,
 }
 
 

@@ -82,17 +82,21 @@ def test_spatial_slice_and_elementwise_ops_pass_channels_through(tmp_path):
 
 
 def test_resize_upsampling_passes_channels_through(tmp_path):
-    """An FPN's nearest x2 upsampling (Resize with scales) and a bilinear one."""
+    """An FPN's nearest x2 (repeat: UpSampling2D), a bilinear x2 at half-pixel centres
+    (UpSampling2D bilinear) and a nearest x2 that rounds up (kept whole, channels pass)."""
     net = OnnxNet()
     x = net.node("Relu", [net.conv("x", 3, 12)])
     scales = net.weight((4,))
     net.inits[-1].CopyFrom(helper.make_tensor(scales, 1, [4], [1.0, 1.0, 2.0, 2.0]))
-    up = net.node("Resize", [x, "", scales], mode="nearest")
+    up = net.node("Resize", [x, "", scales], mode="nearest",
+                  coordinate_transformation_mode="asymmetric", nearest_mode="floor")
     lin = net.node("Resize", [x, "", scales], mode="linear")
-    y = net.node("Relu", [net.conv(net.node("Add", [up, lin]), 12, 8)])
+    odd = net.node("Resize", [x, "", scales], mode="nearest",
+                   coordinate_transformation_mode="asymmetric", nearest_mode="round_prefer_ceil")
+    y = net.node("Relu", [net.conv(net.node("Add", [net.node("Add", [up, lin]), odd]), 12, 8)])
     imported, result = _roundtrip(net, _head(net, y, 8), tmp_path)
-    assert {imported.frozen[n].split(":")[0] for n in ("resize_3", "resize_4")} == \
-        {"channels pass through"}
+    assert imported.kinds["resize_3"] == imported.kinds["resize_4"] == "resize"
+    assert imported.frozen["resize_5"].startswith("channels pass through")
     assert _channels(result, "conv_1")[1] < 12
 
 
