@@ -422,9 +422,12 @@ def _dense(imp: _Importer, node: Any) -> None:
     import keras
 
     src = imp.value(node)
-    if src.rank != 2:
-        raise imp.unsupported(node, "matrix products on tensors other than 2-D")
+    if src.rank not in (2, 3) or (src.rank == 3 and node.op_type != "MatMul"):
+        # a 3-D tensor keeps ONNX's layout: MatMul contracts its last axis, as Dense does
+        raise imp.unsupported(node, f"matrix products on {src.rank}-D tensors")
     weight = imp.const(node, 1)
+    if weight.ndim != 2:
+        raise imp.unsupported(node, "a matrix product with a batched weight")
     bias = None
     if node.op_type == "Gemm":
         attrs = _attrs(node)
@@ -446,7 +449,7 @@ def _dense(imp: _Importer, node: Any) -> None:
     layer.set_weights([weight.astype("float32"),
                        np.zeros(weight.shape[1], "float32") if bias is None
                        else np.asarray(bias, "float32")])
-    imp.keep(node, layer, y, 2, "dense")
+    imp.keep(node, layer, y, src.rank, "dense")
 
 
 def _fused_bias(imp: _Importer, node: Any, units: int) -> np.ndarray | None:

@@ -192,3 +192,20 @@ def test_3d_tensors_keep_onnx_semantics(tmp_path):
     kept = {name.rsplit("_", 1)[0] for name in imported.frozen}
     assert {"concat", "maxpool", "batchnormalization"} <= kept
     assert _channels(result, "conv_1")[1] < 8
+
+
+def test_a_sequence_matmul_prunes_its_hidden_units(tmp_path):
+    """[N, T, F] x W (a transformer's or magika's per-step dense layers): each MatMul on the
+    last axis is a Dense, so the hidden width between two of them prunes."""
+    net = OnnxNet()
+    x = net.node("Relu", [net.conv("x", 3, 6)])
+    seq = net.node("Transpose", [net.node("Reshape", [x, net.int64s([1, 6, -1])])],
+                   perm=[0, 2, 1])
+    hidden = net.node("Relu", [net.node("Add", [net.node("MatMul", [seq, net.weight((6, 16))]),
+                                                net.weight((16,), 0.1)])])
+    y = net.node("MatMul", [hidden, net.weight((16, 4))])
+    out = net.node("Reshape", [y, net.int64s([1, -1])])
+    imported, result = _roundtrip(net, out, tmp_path, classes=64 * 4)
+    dense = [n for n, kind in imported.kinds.items() if kind == "dense"]
+    assert len(dense) == 2
+    assert _channels(result, dense[0])[1] < 16
