@@ -23,6 +23,7 @@ import numpy as np
 from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.compress_settings import CompressSettings
 from edgeopt.compression import DistillConfig, PruneConfig, distill, prune_structured
+from edgeopt.compression.graph import PruneError
 from edgeopt.compression.measure import MeasureConfig, measure_tflite
 from edgeopt.compression.sparsity import SparsityConfig, sparsify
 from edgeopt.compression.teacher import input_permutation, runtime_teacher
@@ -98,6 +99,16 @@ def trainable_model(handle, workdir: Path) -> Trainable:
                       "as .keras first), or build this file unpruned with `edgeopt build`")
 
 
+def _frozen_note(trainable: Trainable) -> str:
+    """Why an ONNX model may have nothing left to prune: the nodes kept whole lock channels."""
+    frozen = trainable.imported.frozen if trainable.imported is not None else {}
+    locking = [node for node, why in frozen.items() if why.startswith("channels kept")]
+    if not locking:
+        return ""
+    return (f" ({len(locking)} ONNX node(s) have no prunable Keras layer and keep the channels "
+            f"they read, first '{locking[0]}')")
+
+
 def _refuse_frozen(trainable: Trainable, way_out: str) -> None:
     """An ONNX node pruning keeps whole runs in onnxruntime (converters/onnx_frozen.py)."""
     frozen = trainable.imported.frozen if trainable.imported is not None else {}
@@ -153,9 +164,13 @@ def _prune(trainable: Trainable, settings: CompressSettings, samples: np.ndarray
         target = read_prune_recipe(settings.recipe)
     goal = f"recipe {settings.recipe}" if settings.recipe else f"{settings.prune:.0%} of MACs"
     progress(f"pruning channels ({settings.criterion}, {goal})")
-    result = prune_structured(trainable.model, target, settings.criterion, samples,
-                              PruneConfig(seed=settings.seed,
-                                          channel_multiple=settings.channel_multiple), labels)
+    try:
+        result = prune_structured(trainable.model, target, settings.criterion, samples,
+                                  PruneConfig(seed=settings.seed,
+                                              channel_multiple=settings.channel_multiple),
+                                  labels)
+    except PruneError as exc:
+        raise PruneError(f"{exc}{_frozen_note(trainable)}") from None
     names = trainable.source_names()
     record = {"pattern": "structured", "criterion": settings.criterion,
               "target": settings.prune, "recipe": settings.recipe,
@@ -367,8 +382,17 @@ def _agreement(handle, compressed: Compressed, data, source: str) -> dict | None
     inputs = compressed.trainable.to_keras_layout(name, arrays).astype("float32")
     reference = [np.asarray(teacher(inputs))]
     out = compressed.model(inputs, training=False)
-    out = [np.asarray(out[0] if isinstance(out, list | tuple) else out)]
+    out = [_like(np.asarray(out[0] if isinstance(out, list | tuple) else out), reference[0])]
     return {**compare(reference, out, labels).to_json(), "data": source}
+
+
+def _like(out: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """An output with no batch axis first ([T, 1, C], kept per sample by the ONNX import)
+    has the teacher's values with the 1-sized axis left in: same order, same count."""
+    if out.shape != reference.shape and out.size == reference.size and \
+            out.shape[:1] == reference.shape[:1]:
+        return out.reshape(reference.shape)
+    return out
 
 
 def compress(config: CompressConfig, progress: Progress) -> CompressResult:
