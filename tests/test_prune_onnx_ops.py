@@ -209,3 +209,49 @@ def test_a_sequence_matmul_prunes_its_hidden_units(tmp_path):
     dense = [n for n, kind in imported.kinds.items() if kind == "dense"]
     assert len(dense) == 2
     assert _channels(result, dense[0])[1] < 16
+
+
+def _sequence_first(tmp_path):
+    """conv -> [T, 1, C] (a CTC recognizer's time-major output): no batch axis first."""
+    import onnx
+    from onnx import TensorProto
+
+    net = OnnxNet()
+    x = net.node("Relu", [net.conv(net.node("Relu", [net.conv("x", 3, 16)]), 16, 16)])
+    x = net.node("Relu", [net.conv(x, 16, 6)])
+    seq = net.node("Transpose", [net.node("Reshape", [x, net.int64s([1, 6, -1])])],
+                   perm=[2, 0, 1])
+    graph = helper.make_graph(
+        net.nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info(seq, TensorProto.FLOAT, [64, 1, 6])], net.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "seq.onnx"
+    onnx.save(model, str(path))
+    data = tmp_path / "data.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((6, *SHAPE[1:])).astype("f4"))
+    return path, data
+
+
+@pytest.mark.slow
+def test_compress_cli_on_a_sequence_first_output(run_cli, tmp_path):
+    """The pruned .onnx of a model with kept-whole nodes is validated against the source
+    (its [T, 1, C] output lined up with the teacher's); a .tflite output is refused with
+    the way out, nothing written."""
+    import json
+
+    from conftest import assert_user_error
+
+    path, data = _sequence_first(tmp_path)
+    out = tmp_path / "small.onnx"
+    result = run_cli("compress", path, "--prune", "0.3", "--data", data, "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["validation"]["samples"] == 6
+    assert record["macs"]["after"] < record["macs"]["before"]
+    x = np.load(data)["x"]
+    assert _ort_batch(out.read_bytes(), x).shape == (6 * 64, 1, 6)
+    bad = tmp_path / "small.tflite"
+    assert_user_error(run_cli("compress", path, "--prune", "0.3", "--data", data, "-o", bad),
+                      "write -o NAME.onnx")
+    assert not bad.exists()
