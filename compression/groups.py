@@ -180,6 +180,19 @@ def _rule_rescaling(b: _Builder, node: LayerNode) -> np.ndarray:
     return _rule_channelwise(b, node) if scalars else _rule_lock(b, node)
 
 
+def _rule_onnx_node(b: _Builder, node: LayerNode) -> np.ndarray:
+    """An ONNX node kept whole (converters/onnx_frozen.py): channels pass through it, or
+    every channel that reaches it is locked and its outputs carry none that can go."""
+    if node.config.get("passthrough"):
+        return b.layouts[node.inbound[0]]
+    for name in node.inbound:
+        layout = b.layouts[name]
+        for atom in layout[layout >= 0]:
+            b.uf.lock(int(atom))
+    shape = b.model.get_layer(node.name).output.shape
+    return np.full(int(shape[-1]) if len(shape) > 1 else 1, -1, dtype=np.int64)
+
+
 def _rule_depthwise(b: _Builder, node: LayerNode) -> np.ndarray:
     _check_channels_last(node)
     return np.repeat(b.layouts[node.inbound[0]], node.config.get("depth_multiplier", 1))
@@ -218,14 +231,15 @@ RULES: dict[str, Callable[[_Builder, LayerNode], np.ndarray]] = {
     "input": _rule_input, "source": _rule_source, "channelwise": _rule_channelwise,
     "depthwise": _rule_depthwise, "merge": _rule_merge, "concat": _rule_concat,
     "flatten": _rule_flatten, "lock": _rule_lock, "activation": _rule_activation,
-    "rescaling": _rule_rescaling,
+    "rescaling": _rule_rescaling, "onnx_node": _rule_onnx_node,
 }
 
 
 def _kind(node: LayerNode) -> str | None:
     """The propagation rule for ``node``'s class, or None when we cannot handle it."""
     table = {"InputLayer": "input", "Flatten": "flatten", "Concatenate": "concat",
-             "Softmax": "lock", "Activation": "activation", "Rescaling": "rescaling"}
+             "Softmax": "lock", "Activation": "activation", "Rescaling": "rescaling",
+             "OnnxOp": "onnx_node"}
     table |= dict.fromkeys(SOURCES, "source") | dict.fromkeys(DEPTHWISE, "depthwise")
     table |= dict.fromkeys(CHANNELWISE, "channelwise") | dict.fromkeys(MERGES, "merge")
     return table.get(node.class_name)

@@ -75,7 +75,8 @@ def _planner(cg: ChannelGraph, criterion: Criterion, samples: Any,
     groups = [g for g in cg.groups if g.size >= 2]
     if not groups:
         raise PruneError("the model has no prunable layer (no Conv2D/Dense channels that "
-                         "can be removed without changing the outputs)")
+                         "can be removed without changing the outputs); zero weights instead "
+                         "with --2:4 or --unstructured, or build it unpruned")
     cg.groups = groups
     scores = criterion(cg, samples)
     orders = [np.asarray(g.roots)[np.argsort(cluster_scores(g, scores), kind="stable")]

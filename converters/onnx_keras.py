@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt.converters.onnx_frozen import encode, layer_class, one_node_model, run_once
 from edgeopt.errors import ConversionError
 from edgeopt.tf_env import quiet_tensorflow
 
@@ -43,6 +44,7 @@ class Imported:
     kinds: dict[str, str] = field(default_factory=dict)
     flatten_shapes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     input_perms: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    frozen: dict[str, str] = field(default_factory=dict)  # node -> why it is kept whole
 
 
 @dataclass
@@ -50,6 +52,7 @@ class _Value:
     tensor: Any
     rank: int
     flat_from: tuple[int, int, int] | None = None  # (h, w, c) when flattened from NHWC
+    stacked: bool = False  # no batch axis first: one ONNX value per sample, stacked
 
 
 class _Importer:
@@ -65,6 +68,7 @@ class _Importer:
             for name in node.input:
                 self.consumers.setdefault(name, []).append(node)
         self.fused: set[str] = set()
+        self.types = _value_types(proto)
 
     # -- helpers ---------------------------------------------------------------------
     def unsupported(self, node: Any, why: str) -> UnsupportedNode:
@@ -169,6 +173,8 @@ def _batchnorm(imp: _Importer, node: Any) -> None:
     import keras
 
     src = imp.value(node)
+    if src.rank not in (2, 4):  # elsewhere ONNX's channel axis is not Keras' last
+        raise imp.unsupported(node, f"BatchNormalization of a {src.rank}-D tensor")
     gamma, beta, mean, var = (imp.const(node, i) for i in range(1, 5))
     eps = float(_attrs(node).get("epsilon", 1e-5))
     axis = -1 if src.rank == 4 else 1
@@ -268,6 +274,8 @@ def _merge(kind: str) -> Callable[[_Importer, Any], None]:
             _scalar_arith(imp, node)
             return
         values = [imp.value(node, i) for i in range(len(node.input))]
+        if len({v.tensor.shape[-1] for v in values}) != 1 or len({v.rank for v in values}) != 1:
+            raise imp.unsupported(node, f"{node.op_type} broadcasting over channels")
         layer = {"add": keras.layers.Add, "mul": keras.layers.Multiply}[kind](
             name=imp.layer_name(node))
         rank = max(v.rank for v in values)
@@ -282,6 +290,8 @@ def _concat(imp: _Importer, node: Any) -> None:
     values = [imp.value(node, i) for i in range(len(node.input))]
     axis = int(_attrs(node).get("axis", 1))
     rank = values[0].rank
+    if rank not in (2, 4) or any(v.rank != rank for v in values):
+        raise imp.unsupported(node, f"Concat of {rank}-D tensors")
     if axis not in (1, 1 - rank):
         raise imp.unsupported(node, f"Concat on axis {axis} (only the channel axis)")
     layer = keras.layers.Concatenate(axis=-1, name=imp.layer_name(node))
@@ -293,6 +303,8 @@ def _global_pool(kind: str) -> Callable[[_Importer, Any], None]:
         import keras
 
         src = imp.value(node)
+        if src.rank != 4:
+            raise imp.unsupported(node, f"pooling a {src.rank}-D tensor")
         if node.op_type == "ReduceMean":
             attrs = _attrs(node)
             axes = attrs.get("axes") or (imp.const(node, 1).tolist() if len(node.input) > 1
@@ -315,6 +327,8 @@ def _pool(kind: str) -> Callable[[_Importer, Any], None]:
         import keras
 
         src = imp.value(node)
+        if src.rank != 4:
+            raise imp.unsupported(node, f"pooling a {src.rank}-D tensor")
         attrs = _attrs(node)
         size = tuple(attrs["kernel_shape"])
         pads = _pads(node, attrs, size)
@@ -332,6 +346,8 @@ def _flatten(imp: _Importer, node: Any) -> None:
     import keras
 
     src = imp.value(node)
+    if src.rank not in (2, 4):
+        raise imp.unsupported(node, f"flattening a {src.rank}-D tensor")
     if node.op_type == "Reshape":
         shape = imp.const(node, 1).tolist()
         if len(shape) != 2 or shape[1] not in (-1, int(np.prod(src.tensor.shape[1:]))):
@@ -350,6 +366,50 @@ def _flatten(imp: _Importer, node: Any) -> None:
     imp.keep(node, layer, layer(src.tensor), 2, kind, (h, w, c) if h * w > 1 else None)
 
 
+def _resize(imp: _Importer, node: Any) -> None:
+    """Integer-scale upsampling (an FPN's nearest x2, bilinear with half-pixel centres) as
+    UpSampling2D: channels pass through it. Other resizes are kept whole (onnx_frozen)."""
+    import keras
+
+    src = imp.value(node)
+    scales = imp.const(node, 2, required=False) if len(node.input) > 2 else None
+    if src.rank != 4 or scales is None or scales.size != 4 or (len(node.input) > 3
+                                                                and node.input[3]):
+        raise imp.unsupported(node, "Resize other than by constant scales of an image")
+    factors = [float(v) for v in scales.reshape(-1)]
+    if factors[:2] != [1.0, 1.0] or any(f < 1 or f != int(f) for f in factors[2:]):
+        raise imp.unsupported(node, f"Resize by scales {factors} (only integer upsampling)")
+    interpolation = _resize_interpolation(_attrs(node), max(factors[2:]))
+    if interpolation is None:
+        raise imp.unsupported(node, "Resize with a mode/coordinate transform that is not a "
+                              "plain repeat or half-pixel bilinear")
+    layer = keras.layers.UpSampling2D((int(factors[2]), int(factors[3])),
+                                      interpolation=interpolation, name=imp.layer_name(node))
+    imp.keep(node, layer, layer(src.tensor), 4, "resize")
+
+
+def _resize_interpolation(attrs: dict, scale: float) -> str | None:
+    """'nearest' where ONNX's rounding repeats each pixel, 'bilinear' where ONNX samples at
+    half-pixel centres as TensorFlow does; None otherwise."""
+    def text(key: str, default: str) -> str:
+        value = attrs.get(key, default)
+        return value.decode() if isinstance(value, bytes) else value
+
+    mode = text("mode", "nearest")
+    transform = text("coordinate_transformation_mode", "half_pixel")
+    if mode == "linear":
+        return "bilinear" if transform in ("half_pixel", "pytorch_half_pixel") else None
+    if mode != "nearest":
+        return None
+    rounding = text("nearest_mode", "round_prefer_floor")
+    if transform in ("half_pixel", "pytorch_half_pixel"):  # offsets stay within +-0.5
+        return "nearest" if rounding.startswith("round") else None
+    if transform == "asymmetric":
+        ok = rounding == "floor" or (rounding == "round_prefer_floor" and scale <= 2)
+        return "nearest" if ok else None
+    return None
+
+
 def _chw_rows_to_hwc(flat_from: tuple[int, int, int] | None) -> np.ndarray | None:
     """Row order that turns a CHW-flattened weight into an HWC-flattened one."""
     if flat_from is None:
@@ -362,9 +422,12 @@ def _dense(imp: _Importer, node: Any) -> None:
     import keras
 
     src = imp.value(node)
-    if src.rank != 2:
-        raise imp.unsupported(node, "matrix products on tensors other than 2-D")
+    if src.rank not in (2, 3) or (src.rank == 3 and node.op_type != "MatMul"):
+        # a 3-D tensor keeps ONNX's layout: MatMul contracts its last axis, as Dense does
+        raise imp.unsupported(node, f"matrix products on {src.rank}-D tensors")
     weight = imp.const(node, 1)
+    if weight.ndim != 2:
+        raise imp.unsupported(node, "a matrix product with a batched weight")
     bias = None
     if node.op_type == "Gemm":
         attrs = _attrs(node)
@@ -386,7 +449,7 @@ def _dense(imp: _Importer, node: Any) -> None:
     layer.set_weights([weight.astype("float32"),
                        np.zeros(weight.shape[1], "float32") if bias is None
                        else np.asarray(bias, "float32")])
-    imp.keep(node, layer, y, 2, "dense")
+    imp.keep(node, layer, y, src.rank, "dense")
 
 
 def _fused_bias(imp: _Importer, node: Any, units: int) -> np.ndarray | None:
@@ -411,6 +474,147 @@ def _passthrough(imp: _Importer, node: Any) -> None:
     imp.values[node.output[0]] = imp.value(node)
 
 
+# -- nodes kept whole (converters/onnx_frozen.py) -----------------------------------------
+
+# Ops that act on each element alone: the channel layout passes through them.
+ELEMENTWISE = {"Sqrt", "Exp", "Reciprocal", "Abs", "Neg", "Erf", "Softplus", "Log", "Floor",
+               "Ceil", "Round", "Sign", "Elu", "Selu", "Gelu", "Mish", "Sin", "Cos", "Relu",
+               "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu", "Clip", "Cast",
+               "Identity", "Softsign", "ThresholdedRelu"}
+
+
+def _value_types(proto: Any) -> dict[str, tuple[int, list[int]]]:
+    """ONNX element type and dims (-1 unknown) of every tensor shape inference reaches."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # shape inference raises several types; then only declared ones
+        inferred = proto
+    graph = inferred.graph
+    types = {}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            continue
+        types[value.name] = (tensor.elem_type, [d.dim_value if d.HasField("dim_value") else -1
+                                                for d in tensor.shape.dim])
+    return types
+
+
+def _axes_off_channel(imp: _Importer, node: Any, rank: int) -> bool:
+    """Whether a rank-4 Slice/Split/Pad/Resize/Transpose leaves the channel axis alone."""
+    op, attrs = node.op_type, _attrs(node)
+    if op == "Transpose":
+        perm = list(attrs.get("perm", range(rank)[::-1]))
+        return perm[:2] == [0, 1]
+    if op == "Split":
+        return int(attrs.get("axis", 0)) % rank not in (0, 1)
+    if op == "Slice":
+        if len(node.input) < 4 or not node.input[3] or node.input[3] not in imp.consts:
+            return False
+        return not {int(a) % rank for a in imp.consts[node.input[3]].reshape(-1)} & {0, 1}
+    if op == "Pad":
+        pads = imp.consts.get(node.input[1]) if len(node.input) > 1 else None
+        return pads is not None and not pads.reshape(-1)[[0, 1, rank, rank + 1]].any()
+    if op == "Resize":
+        scales = imp.consts.get(node.input[2]) if len(node.input) > 2 else None
+        sizes = len(node.input) > 3 and node.input[3]
+        return (not sizes and scales is not None and scales.size == 4
+                and scales[0] == 1 and scales[1] == 1)
+    return False
+
+
+def _passes_channels(imp: _Importer, node: Any, tensors: list[str]) -> bool:
+    if len(tensors) != 1:
+        return False
+    rank = imp.values[tensors[0]].rank
+    if node.op_type in ELEMENTWISE:
+        return True
+    if node.op_type == "Pow":
+        exponent = imp.consts.get(node.input[1])
+        return exponent is not None and exponent.size == 1
+    return rank == 4 and _axes_off_channel(imp, node, rank)
+
+
+def _fold_constant(imp: _Importer, node: Any) -> None:
+    """A node of constants only (a shape computation onnxslim left): its value, now."""
+    outputs = [(name, imp.types.get(name, (1, []))[0], None) for name in node.output if name]
+    content = one_node_model(node, imp.proto, [], imp.consts, outputs, None)
+    for name, array in zip([n for n in node.output if n], run_once(content, {})):
+        imp.consts[name] = np.asarray(array)
+
+
+def _frozen(imp: _Importer, node: Any, why: str) -> None:
+    """Keep ``node`` whole (see converters/onnx_frozen.py); refuse what cannot run alone."""
+    if any(a.type in (5, 10) for a in node.attribute):  # GRAPH / GRAPHS: If, Loop, Scan
+        raise imp.unsupported(node, f"{why}; a node with subgraphs cannot be kept whole "
+                              "either (fix the input shapes or values with --input-shape / "
+                              "--input-value so onnxslim folds it, or prune the model "
+                              "before exporting it to ONNX)")
+    tensors = [name for name in node.input if name and name not in imp.consts]
+    if not tensors:
+        _fold_constant(imp, node)
+        return
+    missing = [name for name in tensors if name not in imp.values]
+    if missing:
+        raise imp.unsupported(node, f"input '{missing[0]}' is not a tensor edgeopt imported")
+    ins = [(name, *_typed(imp, node, name)) for name in tensors]
+    outs = [(name, *_typed(imp, node, name)) for name in node.output if name]
+    batched = all(_batched(dims) and not imp.values[n].stacked for n, _, dims in ins) and \
+        all(_batched(dims) for _, _, dims in outs)
+    passthrough = batched and _passes_channels(imp, node, tensors)
+    convs = []
+    for name in tensors:
+        value = imp.values[name]
+        convs.append("stack" if value.stacked else "nchw" if value.rank == 4 else
+                     "none" if value.flat_from is None or passthrough
+                     else "flat:" + ",".join(str(v) for v in value.flat_from))
+    channel_axis = None
+    if passthrough:
+        channel_axis = 1 if imp.values[tensors[0]].rank == 4 else len(ins[0][2]) - 1
+    content = encode(one_node_model(node, imp.proto, ins, imp.consts, outs, channel_axis))
+    cls = layer_class()
+    args = [imp.values[name].tensor for name in tensors]
+    for index, (name, _, dims) in enumerate(outs):
+        rank, stacked = len(dims), not _batched(dims)
+        conv = "stack" if stacked else "nchw" if rank == 4 else "none"
+        layer = cls(content, [i[0] for i in ins], [_numpy_type(i[1]) for i in ins], convs,
+                    index, [1, *dims] if stacked else _keras_dims(dims), conv, passthrough,
+                    node.name, name=imp.layer_name(node) + (f"_{index}" if index else ""))
+        y = layer(args if len(args) > 1 else args[0])
+        flat = imp.values[tensors[0]].flat_from if passthrough else None
+        imp.values[name] = _Value(y, rank, flat, stacked)
+    imp.result.frozen[node.name] = ("channels pass through: " if passthrough else
+                                    "channels kept: ") + why
+    imp.result.kinds[node.name] = "passthrough" if passthrough else "frozen"
+
+
+def _typed(imp: _Importer, node: Any, name: str) -> tuple[int, list[int]]:
+    """(ONNX dtype, dims) of a tensor the node reads or writes: static, batch first."""
+    found = imp.types.get(name)
+    if found is None or any(d < 0 for d in found[1]):
+        raise imp.unsupported(node, f"the shape of '{name}' is not known statically, so the "
+                              "node cannot be kept whole; fix the input shapes with "
+                              "--input-shape")
+    return found
+
+
+def _batched(dims: list[int]) -> bool:
+    """Batch first (compress fixes the batch to 1)."""
+    return bool(dims) and dims[0] == 1
+
+
+def _keras_dims(dims: list[int]) -> list[int]:
+    return [dims[0], dims[2], dims[3], dims[1]] if len(dims) == 4 else list(dims)
+
+
+def _numpy_type(onnx_type: int) -> str:
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type)).name
+
+
 HANDLERS: dict[str, Callable[[_Importer, Any], None]] = {
     "Conv": _conv, "BatchNormalization": _batchnorm, "Relu": _activation("relu"),
     "Clip": _activation("clip"), "Sigmoid": _activation("sigmoid"),
@@ -421,7 +625,7 @@ HANDLERS: dict[str, Callable[[_Importer, Any], None]] = {
     "GlobalAveragePool": _global_pool("avg"), "GlobalMaxPool": _global_pool("max"),
     "ReduceMean": _global_pool("avg"), "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
     "Flatten": _flatten, "Reshape": _flatten, "Gemm": _dense, "MatMul": _dense,
-    "Dropout": _passthrough, "Identity": _passthrough,
+    "Dropout": _passthrough, "Identity": _passthrough, "Resize": _resize,
 }
 
 
@@ -437,18 +641,48 @@ def _inputs(imp: _Importer) -> list[Any]:
                 for d in value.type.tensor_type.shape.dim]
         if len(dims) == 4 and all(d > 0 for d in dims[1:]):
             shape, perm = (dims[2], dims[3], dims[1]), NCHW_TO_NHWC
-        elif len(dims) == 2 and dims[1] > 0:
-            shape, perm = (dims[1],), None
+        elif len(dims) in (2, 3) and all(d > 0 for d in dims[1:]) and dims[0] in (-1, 1):
+            shape, perm = tuple(dims[1:]), None
         else:
-            raise UnsupportedNode(f"cannot prune: input '{value.name}' has shape {dims}; "
-                                  "pruning needs an NCHW image or a 2-D input with static "
-                                  "non-batch dimensions (fix them with --input-shape)")
+            raise UnsupportedNode(_input_refusal(value.name, dims))
         tensor = keras.Input(shape, name=value.name)
         imp.values[value.name] = _Value(tensor, len(dims))
         if perm:
             imp.result.input_perms[value.name] = perm
         tensors.append(tensor)
     return tensors
+
+
+def _import_node(imp: _Importer, node: Any) -> None:
+    """A Keras layer per node; a node with none (or none for its attributes) is kept whole."""
+    handler = HANDLERS.get(node.op_type)
+    if handler is None:
+        _frozen(imp, node, "this op has no prunable Keras equivalent")
+        return
+    if any(imp.values[n].stacked for n in node.input if n in imp.values):
+        _frozen(imp, node, "an input has no batch axis first")
+        return
+    try:
+        handler(imp, node)
+    except (UnsupportedNode, ValueError) as exc:  # ValueError: Keras refused the shapes
+        imp.result.kinds.pop(node.name, None)
+        imp.result.layers.pop(node.name, None)
+        _frozen(imp, node, str(exc).split("): ", 1)[-1].splitlines()[0])
+
+
+def _input_refusal(name: str, dims: list[int]) -> str:
+    """The one-line reason an input cannot be pruned, and what the user can do."""
+    head = f"cannot prune: input '{name}' has shape {dims}"
+    if any(d < 0 for d in dims[1:]):
+        return (f"{head}; pruning needs static non-batch dimensions: fix them with "
+                f"--input-shape {name}:1,...")
+    if len(dims) in (2, 3, 4):  # batch not first: a recurrent state ([layers, N, hidden])
+        return (f"{head}, its batch not on the first axis (a recurrent state?); edgeopt "
+                "prunes only batch-first inputs (an NCHW image, [N, features], [N, steps, "
+                "features]): prune the network in its training framework before it is "
+                "exported with this input, or build it unpruned with `edgeopt build`")
+    return (f"{head}; edgeopt prunes NCHW images, [N, features] and [N, steps, features] "
+            "inputs: build this model unpruned with `edgeopt build`")
 
 
 def import_onnx(proto: Any) -> Imported:
@@ -470,14 +704,13 @@ def import_onnx(proto: Any) -> Imported:
 
             imp.consts[node.output[0]] = numpy_helper.to_array(_attrs(node)["value"])
             continue
-        handler = HANDLERS.get(node.op_type)
-        if handler is None:
-            raise imp.unsupported(node, "this op has no prunable Keras equivalent")
-        handler(imp, node)
+        _import_node(imp, node)
     outputs = []
     for value in proto.graph.output:
         if value.name not in imp.values:
-            raise UnsupportedNode(f"cannot prune: output '{value.name}' was not imported")
+            raise UnsupportedNode(f"cannot prune: output '{value.name}' is not computed "
+                                  "from the model's inputs; build the model unpruned with "
+                                  "`edgeopt build`")
         outputs.append(imp.values[value.name].tensor)
     imp.result.model = keras.Model(inputs, outputs, name="onnx_import")
     return imp.result

@@ -23,6 +23,7 @@ import numpy as np
 from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.compress_settings import CompressSettings
 from edgeopt.compression import DistillConfig, PruneConfig, distill, prune_structured
+from edgeopt.compression.graph import PruneError
 from edgeopt.compression.measure import MeasureConfig, measure_tflite
 from edgeopt.compression.sparsity import SparsityConfig, sparsify
 from edgeopt.compression.teacher import input_permutation, runtime_teacher
@@ -93,7 +94,28 @@ def trainable_model(handle, workdir: Path) -> Trainable:
         imported = import_onnx(proto)
         return Trainable(imported.model, "onnx", imported, dict(imported.input_perms))
     raise ConfigError(f"pruning needs the trainable source model (.keras or .onnx), not a "
-                      f"{handle.format} file: {handle.path.name}")
+                      f"{handle.format} file: {handle.path.name} keeps no trainable layers; "
+                      "pass the .keras or .onnx it was converted from (save a SavedModel "
+                      "as .keras first), or build this file unpruned with `edgeopt build`")
+
+
+def _frozen_note(trainable: Trainable) -> str:
+    """Why an ONNX model may have nothing left to prune: the nodes kept whole lock channels."""
+    frozen = trainable.imported.frozen if trainable.imported is not None else {}
+    locking = [node for node, why in frozen.items() if why.startswith("channels kept")]
+    if not locking:
+        return ""
+    return (f" ({len(locking)} ONNX node(s) have no prunable Keras layer and keep the channels "
+            f"they read, first '{locking[0]}')")
+
+
+def _refuse_frozen(trainable: Trainable, way_out: str) -> None:
+    """An ONNX node pruning keeps whole runs in onnxruntime (converters/onnx_frozen.py)."""
+    frozen = trainable.imported.frozen if trainable.imported is not None else {}
+    if frozen:
+        node = next(iter(frozen))
+        raise ConfigError(f"the ONNX model has {len(frozen)} node(s) with no Keras layer, "
+                          f"kept whole (first: '{node}'); {way_out}")
 
 
 def _static_onnx(handle, workdir: Path) -> Path:
@@ -127,8 +149,11 @@ def read_prune_recipe(path: str) -> dict[str, float]:
 
 def _single_input(handle) -> str:
     if len(handle.inputs) != 1:
+        names = ", ".join(spec.name for spec in handle.inputs)
         raise ConfigError(f"compression trains on single-input models; {handle.path.name} has "
-                          f"{len(handle.inputs)} inputs")
+                          f"{len(handle.inputs)} inputs ({names}); prune the network in its "
+                          "training framework before it is exported with these inputs, or "
+                          "build it unpruned with `edgeopt build`")
     return handle.inputs[0].name
 
 
@@ -139,9 +164,13 @@ def _prune(trainable: Trainable, settings: CompressSettings, samples: np.ndarray
         target = read_prune_recipe(settings.recipe)
     goal = f"recipe {settings.recipe}" if settings.recipe else f"{settings.prune:.0%} of MACs"
     progress(f"pruning channels ({settings.criterion}, {goal})")
-    result = prune_structured(trainable.model, target, settings.criterion, samples,
-                              PruneConfig(seed=settings.seed,
-                                          channel_multiple=settings.channel_multiple), labels)
+    try:
+        result = prune_structured(trainable.model, target, settings.criterion, samples,
+                                  PruneConfig(seed=settings.seed,
+                                              channel_multiple=settings.channel_multiple),
+                                  labels)
+    except PruneError as exc:
+        raise PruneError(f"{exc}{_frozen_note(trainable)}") from None
     names = trainable.source_names()
     record = {"pattern": "structured", "criterion": settings.criterion,
               "target": settings.prune, "recipe": settings.recipe,
@@ -238,6 +267,8 @@ def compress_model(handle, data, settings: CompressSettings, workdir: Path,
     progress(f"reading {handle.path.name} as trainable layers")
     trainable = trainable_model(handle, workdir)
     name = _single_input(handle)
+    if settings.distill:
+        _refuse_frozen(trainable, "--distill cannot train through it: drop --distill")
     samples = labels = None
     if data is not None:
         samples = trainable.to_keras_layout(name, data.arrays[name][:64]).astype("float32")
@@ -268,6 +299,8 @@ def write_model(compressed: Compressed, fmt: str, workdir: Path) -> bytes:
             raise ConfigError("an .onnx output needs an .onnx input model (edgeopt does not "
                               "export Keras to ONNX); write .tflite or .keras")
         return export_onnx(compressed.trainable.imported, compressed.model)
+    _refuse_frozen(compressed.trainable, "only onnxruntime runs it: write -o NAME.onnx and "
+                   "build that .onnx for the device")
     if compressed.record["pattern"] in ("2:4", "unstructured"):
         sparse = write_sparse_tflite(compressed.model)
         compressed.record["tflite"] = {"sparse_format": sparse.sparse_format,
@@ -349,8 +382,17 @@ def _agreement(handle, compressed: Compressed, data, source: str) -> dict | None
     inputs = compressed.trainable.to_keras_layout(name, arrays).astype("float32")
     reference = [np.asarray(teacher(inputs))]
     out = compressed.model(inputs, training=False)
-    out = [np.asarray(out[0] if isinstance(out, list | tuple) else out)]
+    out = [_like(np.asarray(out[0] if isinstance(out, list | tuple) else out), reference[0])]
     return {**compare(reference, out, labels).to_json(), "data": source}
+
+
+def _like(out: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """An output with no batch axis first ([T, 1, C], kept per sample by the ONNX import)
+    has the teacher's values with the 1-sized axis left in: same order, same count."""
+    if out.shape != reference.shape and out.size == reference.size and \
+            out.shape[:1] == reference.shape[:1]:
+        return out.reshape(reference.shape)
+    return out
 
 
 def compress(config: CompressConfig, progress: Progress) -> CompressResult:

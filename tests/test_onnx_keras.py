@@ -63,7 +63,9 @@ def test_pruned_model_comes_back_as_a_smaller_onnx(onnx_case):
     assert pruned.macs_after < 0.7 * pruned.macs_before
 
 
-def test_unsupported_node_is_named(tmp_path):
+def test_a_node_with_no_keras_layer_is_kept_whole_and_named(tmp_path):
+    """LpNormalization mixes channels: it is run as it is and the channels it reads kept
+    (tests/test_prune_onnx_ops.py has one model per op class)."""
     import onnx
 
     net = OnnxNet()
@@ -71,18 +73,27 @@ def test_unsupported_node_is_named(tmp_path):
     y = net.node("LpNormalization", [y], axis=1)
     out = net.node("Gemm", [net.node("Flatten", [net.node("GlobalAveragePool", [y])]),
                             net.weight((4, 2))])
-    proto = onnx.load(str(net.save(tmp_path / "m.onnx", [1, 3, 8, 8], out, 2)))
-    with pytest.raises(UnsupportedNode, match="lpnormalization_3.*LpNormalization"):
-        import_onnx(proto)
+    path = net.save(tmp_path / "m.onnx", [1, 3, 8, 8], out, 2)
+    imported = import_onnx(onnx.load(str(path)))
+    assert imported.frozen["lpnormalization_3"].startswith("channels kept")
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype("float32")
+    np.testing.assert_allclose(_keras(imported.model, x), _ort(path.read_bytes(), x),
+                               rtol=1e-4, atol=1e-5)
 
 
-def test_grouped_convolution_is_refused_with_the_node_name(tmp_path):
+def test_a_subgraph_node_is_refused_with_the_way_out(tmp_path):
     import onnx
+    from onnx import TensorProto, helper
 
     net = OnnxNet()
-    y = net.conv(net.conv("x", 3, 8), 8, 8, group=2)
-    out = net.node("Gemm", [net.node("Flatten", [net.node("GlobalAveragePool", [y])]),
-                            net.weight((8, 2))])
+    y = net.node("Relu", [net.conv("x", 3, 4)])
+    branch = helper.make_graph([helper.make_node("Identity", [y], ["b"])], "b", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    flag = net.node("Greater", [net.node("ReduceMax", [y], keepdims=0), net.scalar(0.0)])
+    net.nodes.append(helper.make_node("If", [flag], ["chosen"], name="choose",
+                                      then_branch=branch, else_branch=branch))
+    out = net.node("Gemm", [net.node("Flatten", [net.node("GlobalAveragePool", ["chosen"])]),
+                            net.weight((4, 2))])
     proto = onnx.load(str(net.save(tmp_path / "m.onnx", [1, 3, 8, 8], out, 2)))
-    with pytest.raises(UnsupportedNode, match="conv_2.*group=2"):
+    with pytest.raises(UnsupportedNode, match=r"'choose' \(If\).*subgraphs.*--input-value"):
         import_onnx(proto)
