@@ -7,9 +7,11 @@ row's model family (leave-one-family-out, LOFO): of the n sorted residuals, ``lo
 the floor((n + 1) x 0.1)-th and ``high`` the ceil((n + 1) x 0.9)-th (split conformal's
 rank, Vovk et al.; Lei et al. 2018). What it means: for a model whose family relates to
 the fitted families as they relate to each other, the published latency falls below the
-interval with probability at most 10% and above it at most 10% (so inside >= 80%). It is
-not a promise for an architecture unlike every family fitted, and with fewer than 9 rows
-the ranks fall outside the residuals: the interval is then their range, and says less.
+interval with probability at most 10% and above it at most 10% (so inside >= 80%), as
+far as rows are exchangeable: a family's rows err together, and the same guarantee per new
+family would need at least 9 families, which no profile has yet. It is not a promise for
+an architecture unlike every family fitted, and with fewer than 9 rows the ranks fall
+outside the residuals: the interval is then their range, and says less.
 
 Why LOFO residuals: residuals of rows the fit saw (or saw the family of) are narrower
 than a new family's, and an interval made of them under-covers. Why log space: a
