@@ -11,10 +11,12 @@ has a built stand-in (python -m edgeopt.devices.standins --build --fitted):
   estimate, and the kernel-level model of devices/kernel_model.py): leave-one-model-family-
   out cross validation, every row estimated by a fit that never saw its family; with the
   number of values each method fits and values per row;
-* interval coverage: each held-out family's interval comes from the CV residuals of the
-  *other* families only, so the rows it is checked on did not shape it: the plain p10-p90
-  of those residuals (``raw``), and the calibrated bounds the profile stores
-  (`corpus_fit.calibrated_bounds`, itself chosen on the other families only: nested);
+* interval coverage, nested (`intervals.nested_intervals`): held-out family F's interval
+  is the conformal p10/p90 of the other families' residuals, each from a fit that saw
+  neither F nor that row's family, so F's rows shape neither F's estimate nor its
+  interval (for the kept method: one fit per pair of families); per method also the
+  one-level check (the other families' ordinary CV residuals, whose fits saw F) and the
+  plain p10-p90 of those; whether the residuals' spread depends on precision or size;
 * energy: the Coral rows' modelled energy against Coral's published 2 TOPS per watt.
 
 Prints a markdown table and writes benchmarks/results/estimate_published.json.
