@@ -214,7 +214,8 @@ def table(summaries: list[dict]) -> str:
 
 
 def _nested(s: dict, kept: bool) -> str:
-    value = s["interval"]["nested"]["coverage"]
+    # a profile merged from an older results file (--merge) has no nested check
+    value = s.get("interval", {}).get("nested", {}).get("coverage", float("nan"))
     return f"{value:.0%} " if kept and value == value else ("- " if kept else "")
 
 
