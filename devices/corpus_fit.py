@@ -17,10 +17,8 @@ error is kept (the prior figures themselves when none beats them, marked "valida
 Cross validation: for each model family, fit on the other families' rows and predict the
 held-out family's rows. The profile stores its fit, the rows, the families, the CV median
 |error| and the p10/p90 of the CV log-residuals (fitted.py), from which estimates get
-their interval. Families differ more from each other than rows within one family do, so
-the plain p10-p90 of the residuals covers fewer than 80% of a new family's rows; the
-stored bounds are *calibrated* (`calibrated_bounds`): the p10-p90 is widened around the
-median until, family by family, the interval made without a family covers 80% of its rows.
+their interval: the split-conformal p10/p90 of those held-out residuals (intervals.py
+says what the interval means; `fit_predictor` lets the benchmark check it nested).
 
     >>> results = fit_corpus(load_corpus(), ["coral-usb"])            # doctest: +SKIP
     >>> results[0].chosen.cv_median_abs_error                         # doctest: +SKIP
@@ -44,6 +42,7 @@ from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.estimator import resolve_assignment
 from edgeopt.devices.fit import FitConfig, Sample, fit_profile
 from edgeopt.devices.fitted import FIT_METHODS, FitBasis, apply_values, parse_fit, scale_times
+from edgeopt.devices.intervals import FitPredict, conformal_bounds, lofo_predictions
 from edgeopt.devices.kernel_fit import fit_kernel, free_value_count, with_kernel_fit
 from edgeopt.devices.nnls import nnls
 from edgeopt.devices.profile import DeviceProfile, _profile_files, parse_profile
@@ -217,17 +216,8 @@ def free_values(method: str, values: dict, rows: int) -> int:
 def cross_validate(samples: Sequence[RowSample], prior: DeviceProfile, method: str,
                    progress: Progress | None = None) -> list[float]:
     """Per sample, its latency estimated by a fit on the other families' rows only."""
-    predicted = [math.nan] * len(samples)
-    families = sorted({s.row.model_family for s in samples})
-    for family in families:
-        train = [s.sample for s in samples if s.row.model_family != family]
-        held = [i for i, s in enumerate(samples) if s.row.model_family == family]
-        if progress:
-            progress(f"{prior.name} {method}: fit without {family} ({len(train)} rows)")
-        model = fit_method(train, prior, method)[0] if train else prior
-        for i, value in zip(held, predict_s([samples[i].sample for i in held], model)):
-            predicted[i] = value
-    return predicted
+    return lofo_predictions([s.row.model_family for s in samples],
+                            fit_predictor(samples, prior, method, progress)).tolist()
 
 
 def log_residuals(measured: Sequence[float], predicted: Sequence[float]) -> np.ndarray:
@@ -235,39 +225,17 @@ def log_residuals(measured: Sequence[float], predicted: Sequence[float]) -> np.n
     return np.log(np.asarray(measured) / np.asarray(predicted))
 
 
-COVERAGE = 0.8   # the share of held-out rows an interval is meant to cover (p10-p90)
-WIDENINGS = np.arange(1.0, 4.01, 0.05)   # factors tried on the p10-p90 half-widths
-
-
-def widened(residuals: np.ndarray, factor: float) -> tuple[float, float]:
-    """The p10-p90 of ``residuals`` with each half (around the median) times ``factor``."""
-    low, mid, high = np.quantile(residuals, [0.1, 0.5, 0.9])
-    return float(mid + factor * (low - mid)), float(mid + factor * (high - mid))
-
-
-def family_coverage(residuals: np.ndarray, families: np.ndarray, factor: float = 1.0
-                    ) -> float:
-    """Share of rows inside the `widened` p10-p90 of the *other* families' residuals (nan
-    with fewer than two families)."""
-    inside = []
-    for family in np.unique(families):
-        others = residuals[families != family]
-        if len(others) < 2:
-            continue
-        low, high = widened(others, factor)
-        held = residuals[families == family]
-        inside.extend((held >= low) & (held <= high))
-    return float(np.mean(inside)) if inside else float("nan")
-
-
-def calibrated_bounds(residuals: Sequence[float], families: Sequence[str],
-                      coverage: float = COVERAGE) -> tuple[float, float]:
-    """(low, high) log-residual bounds: the p10-p90 of ``residuals`` widened by the smallest
-    factor (1 to 4) whose leave-one-family-out coverage reaches ``coverage``."""
-    r, f = np.asarray(residuals, float), np.asarray(families)
-    factor = next((k for k in WIDENINGS if not family_coverage(r, f, k) < coverage),
-                  WIDENINGS[-1])
-    return widened(r, float(factor))
+def fit_predictor(samples: Sequence[RowSample], prior: DeviceProfile, method: str,
+                  progress: Progress | None = None) -> FitPredict:
+    """`intervals.FitPredict` of ``method``: fit on some rows, estimate others (the prior
+    when no row is left to fit on)."""
+    def fit_predict(train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        if progress:
+            progress(f"{prior.name} {method}: fit on {len(train)} rows, estimate {len(rows)}")
+        fitted = fit_method([samples[i].sample for i in train], prior, method)[0] \
+            if len(train) else prior
+        return np.array(predict_s([samples[i].sample for i in rows], fitted))
+    return fit_predict
 
 
 def median_abs_error(measured: Sequence[float], predicted: Sequence[float]) -> float:
@@ -314,7 +282,7 @@ def _basis(name: str, samples: Sequence[RowSample], best: MethodResult) -> FitBa
     residuals = log_residuals(measured, best.cv_predicted_s)
     families = tuple(sorted({s.row.model_family for s in samples}))
     devices = tuple(sorted({s.row.device for s in samples}))
-    p10, p90 = calibrated_bounds(residuals, [s.row.model_family for s in samples])
+    p10, p90 = conformal_bounds(residuals)
     rows_of = PROFILE_ROWS[name].describes if name in PROFILE_ROWS else name
     source = (f"fitted by `edgeopt devices fit` ({best.method}) to {len(samples)} published "
               f"rows of {rows_of} (devices/measurements), leave-one-family-out CV")

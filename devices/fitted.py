@@ -77,7 +77,8 @@ class FitBasis:
         return f"fitted: {self.rows} rows, CV median error {self.cv_median_abs_error:.0%}"
 
     def interval(self, latency: float) -> tuple[float, float]:
-        """The p10-p90 range of ``latency`` from the held-out residuals."""
+        """The p10-p90 range of ``latency``: the split-conformal bounds of the held-out
+        residuals (intervals.py says what they promise)."""
         return (latency * math.exp(self.cv_log_residual_p10),
                 latency * math.exp(self.cv_log_residual_p90))
 

@@ -1,6 +1,6 @@
 """Profiles claim what the data supports (issue 15, items 2 and 4): one profile per SoC the
 corpus covers, priors say so, the numbers the issue found wrong are fixed or marked
-assumed, intervals are calibrated on held-out families, energy says what it is, and the
+assumed (intervals: tests/test_devices_intervals.py), energy says what it is, and the
 new stand-in networks have their published sizes."""
 
 from __future__ import annotations
@@ -10,14 +10,7 @@ import pytest
 from test_estimate import conv_chain
 
 from edgeopt.devices.corpus import load_corpus
-from edgeopt.devices.corpus_fit import (
-    WIDENINGS,
-    calibrated_bounds,
-    family_coverage,
-    prior_profile,
-    prior_text,
-    widened,
-)
+from edgeopt.devices.corpus_fit import prior_profile, prior_text
 from edgeopt.devices.corpus_map import PROFILE_ROWS, profile_rows
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.fitted import PRIOR_BASIS
@@ -80,24 +73,6 @@ def test_prior_invoke_overheads_stay_below_the_smallest_measured_model():
     for name in ("snapdragon-npu", "snapdragon-8gen2-npu", "snapdragon-8elite-npu"):
         hw = prior_profile(name).tables()
         assert sum(u.invoke_overhead.value for u in hw.units.values()) < smallest / 1e3
-
-
-def test_calibrated_bounds_cover_held_out_families_where_raw_quantiles_do_not():
-    rng = np.random.default_rng(0)
-    families = np.repeat([f"f{i}" for i in range(6)], 8)
-    # each family shifted as a block: the within-family spread understates a new family's
-    offsets = np.repeat(rng.normal(0, 0.4, 6), 8)
-    residuals = offsets + rng.normal(0, 0.05, len(families))
-    assert family_coverage(residuals, families) < 0.8
-    low, high = calibrated_bounds(residuals, families)
-    raw_low, raw_high = np.quantile(residuals, [0.1, 0.9])
-    assert low < raw_low and high > raw_high
-    factor = next(k for k in WIDENINGS if family_coverage(residuals, families, k) >= 0.8)
-    assert factor > 1 and (low, high) == pytest.approx(widened(residuals, factor))
-    # rows that scatter alike inside and across families need no widening
-    plain = rng.normal(0, 0.3, len(families))
-    if family_coverage(plain, families) >= 0.8:
-        assert calibrated_bounds(plain, families) == pytest.approx(widened(plain, 1.0))
 
 
 def test_estimates_state_energy_as_a_model_with_an_interval_and_print_with_their_basis():

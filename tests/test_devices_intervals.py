@@ -1,0 +1,110 @@
+"""The interval an estimate carries (devices/intervals.py): split-conformal ranks, nested
+leave-one-family-out residuals, and the coverage property on a synthetic corpus whose
+error is known: nested-LOFO conformal intervals cover about their nominal 80% of a new
+family's rows, intervals made of in-sample residuals (or of LOFO residuals without the
+conformal rank) cover fewer."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from test_corpus_fit import _device_rows, _scaled, models  # noqa: F401  (a fixture)
+
+from edgeopt.devices import intervals
+from edgeopt.devices.corpus_fit import fit_samples, log_residuals, prior_profile
+from edgeopt.devices.intervals import (
+    conformal_bounds,
+    lofo_predictions,
+    nested_intervals,
+)
+
+
+def test_conformal_bounds_take_the_finite_sample_ranks():
+    values = np.arange(1.0, 20.0)          # n = 19: ranks floor(2) = 2 and ceil(18) = 18
+    rng = np.random.default_rng(0)
+    assert conformal_bounds(rng.permutation(values)) == (2.0, 18.0)
+    # the plain p10-p90 is narrower: the rank is what makes it cover a new row
+    assert np.quantile(values, 0.9) < 18.0
+    # too few rows for the ranks: the residuals' range
+    assert conformal_bounds([0.3, -0.2, 0.1]) == (-0.2, 0.3)
+    with pytest.raises(ValueError):
+        conformal_bounds([])
+
+
+def test_a_familys_nested_bounds_come_from_fits_that_never_saw_it():
+    families = np.array(["a", "a", "b", "b", "c", "c", "d"])
+    seen: list[tuple[set, set]] = []
+
+    def fit_predict(train, rows):
+        seen.append((set(families[train]), set(families[rows])))
+        return np.ones(len(rows))
+
+    bounds = nested_intervals(np.ones(len(families)), families, fit_predict)
+    assert set(bounds) == {"a", "b", "c", "d"}
+    # one fit per pair of families, trained on neither
+    assert len(seen) == 6
+    assert all(not (train & rows) and len(rows) == 2 for train, rows in seen)
+
+
+def _synthetic_corpus(rng, families=10, rows=4, features=6):
+    """Rows whose log latency is linear in architecture features shared within a family,
+    plus a family effect the features do not explain and row noise (both log-normal)."""
+    beta = rng.normal(0, 1, features)
+    family_x = rng.normal(0, 1, (families, features))
+    fam = np.repeat(np.arange(families), rows).astype(str)
+    x = np.repeat(family_x, rows, axis=0) + rng.normal(0, 0.3, (families * rows, features))
+    effect = np.repeat(rng.normal(0, 0.3, families), rows)
+    log_y = x @ beta + effect + rng.normal(0, 0.1, families * rows)
+    return np.column_stack([np.ones(len(x)), x]), np.exp(log_y), fam
+
+
+def _least_squares(x, y):
+    def fit_predict(train, rows):
+        coef = np.linalg.lstsq(x[train], np.log(y[train]), rcond=None)[0]
+        return np.exp(x[rows] @ coef)
+    return fit_predict
+
+
+def test_nested_lofo_conformal_intervals_cover_new_families_in_sample_ones_do_not():
+    rng = np.random.default_rng(42)
+    nested, in_sample, plain = [], [], []
+    for _ in range(100):
+        x, y, fam = _synthetic_corpus(rng)
+        fit_predict = _least_squares(x, y)
+        held_out = lofo_predictions(fam, fit_predict)     # each family by a fit without it
+        nested.append(intervals.coverage(y, held_out, fam,
+                                         nested_intervals(y, fam, fit_predict)))
+        # the same rows' residuals from the fit on every row: narrower than a new family's
+        everything = np.arange(len(y))
+        low, high = conformal_bounds(np.log(y / fit_predict(everything, everything)))
+        in_sample.append(intervals.coverage(y, held_out, fam,
+                                            {f: (low, high) for f in set(fam)}))
+        # LOFO residuals of the other families, plain p10-p90 (no rank)
+        r = log_residuals(y, held_out)
+        plain.append(intervals.coverage(y, held_out, fam, {
+            f: tuple(np.quantile(r[fam != f], [0.1, 0.9])) for f in set(fam)}))
+    assert 0.74 <= np.mean(nested) <= 0.9
+    assert np.mean(in_sample) < 0.65
+    assert np.mean(plain) < np.mean(nested)
+
+
+def test_a_fitted_profile_stores_the_conformal_bounds_of_its_held_out_residuals(models):  # noqa: F811
+    prior = prior_profile("rpi5-cpu")
+    rows = _device_rows(models, _scaled(prior, 1.6))
+    # a known log-normal error per family on the synthetic device's times
+    shift = {"alpha": math.log(0.7), "beta": math.log(1.2), "gamma": math.log(1.5)}
+    rows = [dataclasses.replace(r, sample=dataclasses.replace(
+        r.sample, measured_s=r.sample.measured_s * math.exp(shift[r.row.model_family])))
+        for r in rows]
+    result = fit_samples("rpi5-cpu", prior, rows, methods=("scale",))
+    chosen = result.methods.get(result.chosen.method)
+    cv = chosen.cv_predicted_s if chosen else result.prior_predicted_s
+    expected = conformal_bounds(log_residuals(result.measured_s, cv))
+    assert (result.chosen.cv_log_residual_p10, result.chosen.cv_log_residual_p90) == \
+        pytest.approx(expected)
+    # six rows: fewer than the ranks need, so the held-out residuals' whole range
+    residuals = log_residuals(result.measured_s, cv)
+    assert expected == pytest.approx((residuals.min(), residuals.max()))
