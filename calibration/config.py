@@ -88,6 +88,8 @@ class QuantConfig:
     int16_search: bool = True                 # the budget search may give layers int16
                                               # activations (off: the device has no 16x8)
     io_dtype: str = "float32"
+    rescue: bool = True                       # rescue an output that collapses in int8
+                                              # (off: --accept-collapsed ships the int8 one)
     layer_report: bool = True
     isolate_layers: int = 8                   # worst layers also measured quantized alone
     check_samples: int = 128                  # calibration samples that score auto's candidates

@@ -163,8 +163,8 @@ def rescue_collapsed(session, plan: QuantPlan, model: bytes, check: dict[str, np
                      reference: list[np.ndarray]) -> tuple[bytes, QuantPlan]:
     """(model, plan): int16 on the ops feeding outputs that collapse (or nearly) where the
     device runs int16, then a float tail for outputs that still collapse; unchanged when
-    nothing collapses or nothing helps."""
-    if plan.mode != Mode.STATIC or plan.activation_bits != 8:
+    nothing collapses, nothing helps, or the user accepts the collapse (config.rescue)."""
+    if not session.config.rescue or plan.mode != Mode.STATIC or plan.activation_bits != 8:
         return model, plan
     ops = output_ops(session.fmt.graph)
     before = output_state(reference, session.fmt.run(model, check), ops)
