@@ -54,8 +54,11 @@ def no_int16(session) -> str:
 
 def float_tail(graph: CalibGraph, outputs: list[str]) -> list[str]:
     """First output tensors of the ops that compute `outputs`, breadth-first from them
-    (nearest first; an op is listed once)."""
-    writer = {out: op for op in graph.ops for out in op.outputs}
+    (nearest first; an op is listed once). Only float values count: the integer ops that
+    compute a Reshape's shape (Shape, Gather, Cast...) are never quantized, and the float
+    op whose shape they read does not change the output's values through them."""
+    floats = set(graph.activations)
+    writer = {out: op for op in graph.ops for out in op.outputs if out in floats}
     order: list[str] = []
     seen: set[str] = set()
     frontier = list(outputs)

@@ -16,6 +16,7 @@ from edgeopt.calibration import onnx_writer
 from edgeopt.calibration.config import Mode, Precision
 from edgeopt.calibration.onnx_format import OnnxFormat
 from edgeopt.calibration.plan import LayerPlan, QuantPlan
+from edgeopt.calibration.rescue import float_tail
 from edgeopt.calibration.weights import quantize_rtn
 from edgeopt.float_islands import float_ops
 
@@ -183,3 +184,29 @@ def test_require_full_integer_refuses_a_build_that_needs_the_rescue(run_cli, tmp
     result, _, out = _build(run_cli, tmp_path, "--require-full-integer")
     assert_user_error(result, "score_sigmoid")
     assert not out.exists()
+
+
+def test_the_float_tail_follows_values_not_the_integer_ops_computing_a_shape(tmp_path):
+    """A Reshape whose shape is read off another branch: the Shape op, and the branch it
+    reads, change no output value, so the tail does not keep them float."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(size=(16, 16)).astype(np.float32), n)
+             for n in ("wa", "wb")]
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", "wa"], ["a"], name="branch"),
+             node("Relu", ["a"], ["r"], name="branch_relu"),
+             node("Shape", ["r"], ["shape"], name="shape_of_branch"),
+             node("MatMul", ["x", "wb"], ["b"], name="head"),
+             node("Reshape", ["b", "shape"], ["out"], name="head_reshape")]
+    graph = helper.make_graph(
+        nodes, "shape_branch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "shape.onnx"))
+    fmt = OnnxFormat(tmp_path / "shape.onnx")
+    assert [fmt.node_name(t) for t in float_tail(fmt.graph, ["out"])] == \
+        ["head_reshape", "head"]
