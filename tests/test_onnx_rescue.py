@@ -210,3 +210,13 @@ def test_the_float_tail_follows_values_not_the_integer_ops_computing_a_shape(tmp
     fmt = OnnxFormat(tmp_path / "shape.onnx")
     assert [fmt.node_name(t) for t in float_tail(fmt.graph, ["out"])] == \
         ["head_reshape", "head"]
+
+
+def test_accept_collapsed_ships_the_int8_model_without_the_rescue(run_cli, tmp_path):
+    """The rescue's warning offers --accept-collapsed for the plain int8 model: it is."""
+    result, _, out = _build(run_cli, tmp_path, "--accept-collapsed")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "rescue" not in manifest["quantization"]
+    scores = next(o for o in manifest["validation"]["outputs"] if o["name"] == "scores")
+    assert scores["collapsed"] and manifest["validation"]["accepted_collapsed"] is True
