@@ -104,6 +104,11 @@ class QuantFormat(Protocol):
         """Ops the writer keeps float on purpose (by output tensor or node), with why."""
         ...
 
+    def node_name(self, tensor: str) -> str:
+        """The op writing `tensor` as the written file and `quantization.float_ops` name it
+        (.tflite: the tensor itself; .onnx: its node's name)."""
+        ...
+
     def report_tensor(self, layer: Layer) -> str:
         """The tensor where a layer's output is compared (after ops the writer folds in)."""
         ...

@@ -90,6 +90,8 @@ class QuantConfig:
     float_tail: bool = True                   # a collapse may be rescued by ops kept float
                                               # (off: the device runs no float op)
     io_dtype: str = "float32"
+    rescue: bool = True                       # rescue an output that collapses in int8
+                                              # (off: --accept-collapsed ships the int8 one)
     layer_report: bool = True
     isolate_layers: int = 8                   # worst layers also measured quantized alone
     check_samples: int = 128                  # calibration samples that score auto's candidates

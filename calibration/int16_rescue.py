@@ -196,6 +196,7 @@ def rescue_record(session, precision: str, outputs: list[int], tensors, before,
                   after) -> dict:
     """The manifest's `quantization.rescue`: what was kept at which precision, and why."""
     return {"precision": precision, "outputs": [session.fmt.graph.outputs[i] for i in outputs],
-            "ops": list(tensors), "collapsed_before": before[0], "collapsed_after": after[0],
+            "ops": list(tensors), "nodes": [session.fmt.node_name(t) for t in tensors],
+            "collapsed_before": before[0], "collapsed_after": after[0],
             "sqnr_db_before": finite_db(min(before[1][i] for i in outputs)),
             "sqnr_db_after": finite_db(min(after[1][i] for i in outputs))}

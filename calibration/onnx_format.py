@@ -33,20 +33,32 @@ class OnnxFormat:
     name = "onnx"
     runtime = "onnxruntime (CPU)"
     int4_modes = (Mode.STATIC, Mode.WEIGHT_ONLY)   # quantize_dynamic has no int4
-    int16_activations = False  # the QDQ writer has one activation type for the whole model
-    keeps_ops_float = False  # the QDQ writer keeps no op float by name (plan.keep_float)
+    # one activation type for the whole model; and onnxruntime's CPU EP has no 16-bit QDQ
+    # kernels (it runs a 16-bit DQ -> op -> Q group in float): int16 would buy nothing a
+    # float op does not, so the collapse rescue goes straight to a float tail
+    int16_activations = False
+    keeps_ops_float = True   # excluded nodes (plan.keep_float): onnx_writer.excluded_nodes
 
     def __init__(self, model: bytes | str | Path, num_threads: int | None = None):
+        import onnx
+
         source = _read(model)
         self.original = source
         self.float_model = prepare(source)
         self.num_threads = num_threads
         self.graph = read_graph(self.float_model)
+        self._node_names = onnx_writer.node_names(onnx.load_from_string(self.float_model))
+
+    def node_name(self, tensor: str) -> str:
+        """The node writing `tensor`, as the QDQ model and the float-op list name it."""
+        return self._node_names.get(tensor, tensor)
 
     def float_reasons(self, plan: QuantPlan) -> dict[str, str]:
-        """Ops kept float on purpose: concatenations of mixed scales (onnxruntime runs QDQ
-        Div in float anyway)."""
-        return onnx_writer.float_reasons(self.graph, plan)
+        """Ops kept float on purpose, by node name: concatenations of mixed scales, a
+        rescue's float tail (onnxruntime runs QDQ Div in float anyway)."""
+        kept = onnx_writer.float_reasons(self.graph, plan)
+        found = {**onnx_writer.float_followers(self.graph, kept, self._node_names), **kept}
+        return {self.node_name(t): why for t, why in found.items()}
 
     def limitations(self, plan: QuantPlan) -> list[str]:
         """What this format cannot express of `plan` (said in the result's warnings)."""

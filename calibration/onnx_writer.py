@@ -27,7 +27,7 @@ import numpy as np
 
 from edgeopt.calibration.config import Mode, Precision
 from edgeopt.calibration.graphspec import CalibGraph
-from edgeopt.calibration.mixed_scales import mixed_scale_concats
+from edgeopt.calibration.mixed_scales import LAYOUT_OPS, mixed_scale_concats
 from edgeopt.calibration.onnx_backend import (
     WEIGHT_UINT8_ZERO_POINT,
     native_weight,
@@ -117,19 +117,55 @@ def embed_weights(model, graph: CalibGraph, plan: QuantPlan) -> None:
                              layer_plan.bias)
 
 
+def node_names(model) -> dict[str, str]:
+    """Output tensor -> the name of the node writing it, as the QDQ model keeps it (the
+    name onnxruntime excludes by and `float_islands.float_ops` lists)."""
+    return {tensor: node.name for tensor, node in _nodes(model).items()}
+
+
 def float_reasons(graph: CalibGraph, plan: QuantPlan) -> dict[str, str]:
-    """Ops (by output tensor) kept float although the scheme is integer."""
-    if plan.mode != Mode.STATIC:
+    """Ops (by output tensor) kept float although the scheme is integer: concatenations of
+    mixed scales, and the plan's own (`QuantPlan.keep_float`: a collapse rescue's float
+    tail, an op the runtime refused in int8)."""
+    if plan.mode != Mode.STATIC or not plan.quantize_rest:
         return {}
-    return mixed_scale_concats(graph, plan.activation_ranges)
+    return {**mixed_scale_concats(graph, plan.activation_ranges), **plan.keep_float}
+
+
+def float_followers(graph: CalibGraph, kept: dict[str, str],
+                    names: dict[str, str]) -> dict[str, str]:
+    """Why an op reading a tensor of `kept` may run in float too (the float-op list uses it
+    only for the ops the file shows in float): onnxruntime.quantization gives a layout op
+    (Slice, Reshape...) a QDQ pair only where its input is quantized, so a Slice of a
+    float Gemm stays float, and so do the layout ops after it. `names`: tensor -> node."""
+    source = {t: t for t in kept}         # float tensor -> the kept op's output it comes from
+    found: dict[str, str] = {}
+    for op in graph.ops:                  # execution order
+        origin = next((source[t] for t in op.inputs if t in source), None)
+        if origin is None or not op.outputs or op.outputs[0] in kept:
+            continue
+        node = names.get(origin, origin)
+        found[op.outputs[0]] = (f"{op.op} reads the float output of '{node}' (kept float on "
+                                "purpose); onnxruntime.quantization leaves it float")
+        if op.op in LAYOUT_OPS:
+            source.update({t: origin for t in op.outputs})
+    return found
 
 
 def excluded_nodes(model, graph: CalibGraph, plan: QuantPlan) -> list[str]:
+    """Nodes onnxruntime leaves float (`nodes_to_exclude`): no QDQ pair of their own, their
+    inputs read after the producer's DequantizeLinear, their outputs float and quantized
+    again only where a quantized node reads them. A node without weights between a
+    DequantizeLinear and a QuantizeLinear and nothing else is fused back into a QLinear
+    kernel by onnxruntime (and `float_islands.float_ops`, reading the file, does not list
+    it); a rescue's float tail never makes one: each of its nodes feeds a float node or an
+    output."""
     nodes = _nodes(model)
     chosen = [nodes[la.output].name for la in graph.layers
               if plan.layers.get(la.name) is not None
               and plan.layers[la.name].precision in (Precision.FP16, Precision.FLOAT)]
-    return chosen + [nodes[t].name for t in float_reasons(graph, plan) if t in nodes]
+    kept = [nodes[t].name for t in float_reasons(graph, plan) if t in nodes]
+    return list(dict.fromkeys(chosen + kept))
 
 
 def weight_overrides(model, graph: CalibGraph, plan: QuantPlan) -> dict:

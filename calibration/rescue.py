@@ -15,7 +15,9 @@ samples counts: they are calibration samples, and an output near the floor there
 collapses on held-out ones. A log-mel front end whose int8 power spectrum underflows to
 the log's floor is fixed this way. Every op of the tail is listed as a float island with
 the reason, the warning names them, and `--require-full-integer` still refuses the
-result.
+result. The `.onnx` route rescues the same way: the tail's nodes are excluded from the
+QDQ writer (`onnx_writer.excluded_nodes`) and listed by node name; int16 is never tried
+there, as onnxruntime's CPU EP runs a 16-bit QDQ op in float anyway.
 """
 
 from __future__ import annotations
@@ -36,14 +38,27 @@ from edgeopt.calibration.int16_rescue import (
 from edgeopt.calibration.plan import QuantPlan
 
 MAX_DOUBLINGS = 9   # tails of 1 .. 256 ops, then every op that computes the outputs
-FLOAT_REASON = ("kept float: output(s) {outputs} collapsed (or nearly) in int8 and the "
-                "device's delegate runs no int16 (float tail of the outputs, on the CPU)")
+FLOAT_REASON = ("kept float: output(s) {outputs} collapsed (or nearly) in int8 and {no_int16} "
+                "(float tail of the outputs, on the CPU)")
+DELEGATE_NO_INT16 = "the device's delegate runs no int16"
+# onnxruntime's CPU EP fuses only 8-bit DQ -> op -> Q groups into QLinear kernels: a 16-bit
+# group stays DequantizeLinear -> float op -> QuantizeLinear (seen in onnxruntime 1.32's
+# optimized graph), so int16 QDQ costs what float does and keeps fewer levels
+ONNX_NO_INT16 = "onnxruntime's CPU EP has no int16 QDQ kernels"
+
+
+def no_int16(session) -> str:
+    """Why the rescue did not use int16, in the reason and the warning."""
+    return ONNX_NO_INT16 if session.fmt.name == "onnx" else DELEGATE_NO_INT16
 
 
 def float_tail(graph: CalibGraph, outputs: list[str]) -> list[str]:
     """First output tensors of the ops that compute `outputs`, breadth-first from them
-    (nearest first; an op is listed once)."""
-    writer = {out: op for op in graph.ops for out in op.outputs}
+    (nearest first; an op is listed once). Only float values count: the integer ops that
+    compute a Reshape's shape (Shape, Gather, Cast...) are never quantized, and the float
+    op whose shape they read does not change the output's values through them."""
+    floats = set(graph.activations)
+    writer = {out: op for op in graph.ops for out in op.outputs if out in floats}
     order: list[str] = []
     seen: set[str] = set()
     frontier = list(outputs)
@@ -90,7 +105,8 @@ def rescue_in_float(session, plan: QuantPlan, check: dict[str, np.ndarray],
     graph = session.fmt.graph
     risky = before[2]
     names = [graph.outputs[i] for i in risky]
-    reason = FLOAT_REASON.format(outputs=", ".join(f"'{n}'" for n in names))
+    reason = FLOAT_REASON.format(outputs=", ".join(f"'{n}'" for n in names),
+                                 no_int16=no_int16(session))
     tail = float_tail(graph, names)
     if not tail:
         return None
@@ -126,7 +142,8 @@ def rescue_in_float(session, plan: QuantPlan, check: dict[str, np.ndarray],
 
 
 def _warn(session, before, after, outputs: list[int], tensors: list[str]) -> None:
-    names = ", ".join(f"'{t}'" for t in tensors[:4]) + (", ..." if len(tensors) > 4 else "")
+    names = ", ".join(f"'{session.fmt.node_name(t)}'" for t in tensors[:4])
+    names += ", ..." if len(tensors) > 4 else ""
     total = len(session.fmt.graph.ops)
     if 2 * len(tensors) > total:  # no longer a tail: say what the artifact has become
         session.warnings.append(
@@ -137,8 +154,8 @@ def _warn(session, before, after, outputs: list[int], tensors: list[str]) -> Non
     session.warnings.append(
         f"{len(outputs)} output(s) collapsed in int8 or fell below {RISK_DB:.0f} dB SQNR on "
         f"the check samples: the last "
-        f"{len(tensors)} op(s) computing them ({names}) are kept float (the device's "
-        f"delegate runs no int16; they run on the CPU); collapsed parts {before[0]} -> "
+        f"{len(tensors)} op(s) computing them ({names}) are kept float ({no_int16(session)}; "
+        f"they run on the CPU); collapsed parts {before[0]} -> "
         f"{after[0]}, worst SQNR of those outputs "
         f"{min(before[1][i] for i in outputs):.1f} -> {min(after[1][i] for i in outputs):.1f}"
         " dB")
@@ -149,8 +166,8 @@ def rescue_collapsed(session, plan: QuantPlan, model: bytes, check: dict[str, np
                      reference: list[np.ndarray]) -> tuple[bytes, QuantPlan]:
     """(model, plan): int16 on the ops feeding outputs that collapse (or nearly) where the
     device runs int16, then a float tail for outputs that still collapse; unchanged when
-    nothing collapses or nothing helps."""
-    if plan.mode != Mode.STATIC or plan.activation_bits != 8:
+    nothing collapses, nothing helps, or the user accepts the collapse (config.rescue)."""
+    if not session.config.rescue or plan.mode != Mode.STATIC or plan.activation_bits != 8:
         return model, plan
     ops = output_ops(session.fmt.graph)
     before = output_state(reference, session.fmt.run(model, check), ops)

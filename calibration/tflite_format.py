@@ -55,6 +55,10 @@ class TFLiteFormat:
     def report_tensor(self, layer) -> str:
         return layer.output
 
+    def node_name(self, tensor: str) -> str:
+        """An op is named by its output tensor in `quantization.float_ops`."""
+        return tensor
+
     def capture_quantized(self, model: bytes) -> TFLiteCapture:
         """Dequantized activations of a quantized model, under the float tensor names."""
         return TFLiteCapture(model, self.num_threads)

@@ -377,6 +377,8 @@ class Rescue:
     sqnr_db_before: float | None = _opt(description="worst SQNR of those outputs on the "
                                         "check samples, before")
     sqnr_db_after: float | None = _opt(description="the same, after")
+    nodes: list[str] | None = _opt(description="the same ops as quantization.float_ops names "
+                                   "them (.onnx: node names; .tflite: the output tensors)")
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,7 @@ def quant_config(config: BuildConfig, scheme: str, profile: DeviceProfile, fmt: 
                        recipe=load_recipe(config.recipe) if config.recipe else None,
                        accuracy_budget=config.accuracy_budget,
                        int16_search=int16_support(profile.delegate).runs,
+                       rescue=not config.accept_collapsed,
                        float_tail=runs_float_ops(profile),
                        io_dtype=profile.io_dtype if integer_io else "float32", seed=config.seed)
 

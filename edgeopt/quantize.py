@@ -137,7 +137,8 @@ def build_config(request: QuantizeRequest) -> QuantConfig:
     return QuantConfig(scheme=scheme, method=method, recipe=recipe,
                        weight_method=request.weight_method, block_size=request.block_size,
                        bias_correction=request.bias_correction,
-                       accuracy_budget=request.accuracy_budget, io_dtype=request.io_dtype)
+                       accuracy_budget=request.accuracy_budget, io_dtype=request.io_dtype,
+                       rescue=not request.accept_collapsed)
 
 
 def _data(handle, request: QuantizeRequest):
