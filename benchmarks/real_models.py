@@ -236,6 +236,15 @@ def rewrites_table(record: dict) -> str:
     return "\n".join(lines)
 
 
+def _compression(record: dict) -> dict:
+    """What `compress --json` measured: MACs and parameters kept, the pruned model against
+    the source (its SQNR and agreement), and its warnings."""
+    v = record.get("validation") or {}
+    return {"macs": record.get("macs"), "parameters": record.get("parameters"),
+            "sqnr_db": v.get("sqnr_db"), "top1_agreement": v.get("top1_agreement"),
+            "samples": v.get("samples"), "warnings": record.get("warnings", [])}
+
+
 def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit: int) -> dict:
     target = Path(command[command.index("-o") + 1]) if "-o" in command else None
     if target is not None:
@@ -244,6 +253,9 @@ def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit
     row = _timed([*edgeopt_command(), *command], limit)
     row["failure_class"] = failure_class(row)
     row.pop("stdout_tail", None)
+    printed = row.pop("stdout_json", None) or {}
+    if step == "prune" and row["outcome"] == "ok":
+        row["compression"] = _compression(printed)
     if row["outcome"] != "ok" or target is None:
         return row
     if target.is_dir():
@@ -304,7 +316,10 @@ def _cell(row: dict | None) -> str:
         return "—"
     if row["outcome"] == "ok":
         runtime = row.get("runtime", "ok")
-        return "ok" if runtime == "ok" else "**refused by runtime**"
+        if runtime != "ok":
+            return "**refused by runtime**"
+        sqnr = (row.get("compression") or {}).get("sqnr_db")
+        return "ok" if sqnr is None else f"ok ({sqnr:.1f} dB{', warned' if sqnr < 15 else ''})"
     return {"error": "error", "slow": "slow"}.get(row["outcome"], f"**{row['outcome']}**")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -880,7 +881,17 @@ def _timed(command: list[str], limit: int) -> dict:
         detail = f"exit {proc.returncode}: " + " | ".join(proc.stderr.splitlines()[-3:])[:300]
     return {"outcome": outcome, "detail": detail, "exit": proc.returncode,
             "wall_s": round(wall, 1), "peak_rss_mib": round(rss[0] / 1024) if rss else None,
-            "command": command, "stdout_tail": proc.stdout[-1500:]}
+            "command": command, "stdout_tail": proc.stdout[-1500:],
+            "stdout_json": _json_or_none(proc.stdout)}
+
+
+def _json_or_none(text: str) -> dict | None:
+    """A command's `--json` record (compress prints its figures only there)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 # failure classes of issue 20 (and new ones the zoo found), matched on the error line
@@ -945,8 +956,6 @@ def baseline(entries: list[Entry], workdir: Path, limit: int, result: Path,
              stop_at: float | None) -> None:
     """`edgeopt inspect` and `edgeopt build --device pixel-npu --calib NAME.npz` per model,
     one at a time, into result (JSON, rewritten after every model)."""
-    import json
-
     rows = json.loads(result.read_text())["models"] if result.exists() else {}
     edgeopt = [str(Path(sys.executable).with_name("edgeopt"))]
     for e in entries:
