@@ -24,7 +24,7 @@ from edgeopt.compression.graph import LayerNode, ModelGraph, PruneError, as_func
 SOURCES = {"Conv2D", "Dense", "SeparableConv2D"}
 DEPTHWISE = {"DepthwiseConv2D"}
 CHANNELWISE = {
-    "BatchNormalization", "ReLU", "LeakyReLU", "ELU", "Dropout",
+    "BatchNormalization", "ReLU", "LeakyReLU", "PReLU", "ELU", "Dropout",
     "SpatialDropout2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D",
     "GlobalMaxPooling2D", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Identity",
 }

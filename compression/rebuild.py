@@ -25,9 +25,11 @@ def _slice_weights(node: LayerNode, weights: list[np.ndarray], in_mask: np.ndarr
         return [weights[0][:, :, in_mask, :]] + [b[out_mask] for b in weights[1:]]
     if in_mask.all():
         return weights  # a layer whose channels are all locked keeps its weights as they are
-    if any(w.ndim != 1 or len(w) != len(in_mask) for w in weights):
+    # per-channel weights on the last axis: BatchNormalization's vectors, PReLU's alpha
+    # ((C,), or (1, 1, C) with shared_axes=[1, 2], or (H, W, C))
+    if any(w.ndim == 0 or w.shape[-1] != len(in_mask) for w in weights):
         raise PruneError(f"cannot slice the weights of layer '{node.name}' ({node.class_name})")
-    return [w[in_mask] for w in weights]
+    return [w[..., in_mask] for w in weights]
 
 
 def _slice_separable(weights: list[np.ndarray], in_mask: np.ndarray,

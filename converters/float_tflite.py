@@ -121,7 +121,8 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
     if kept is not None:  # a sweep's earlier candidate converted this very model
         return kept
     conversion = _convert(handle, workdir, samples, keras_model)
-    stage_memo.keep("float_conversion", memo_key, _kept(conversion), len(conversion.tflite))
+    if stage_memo.active():  # copying the SavedModel out is only worth it for a later build
+        stage_memo.keep("float_conversion", memo_key, _kept(conversion), len(conversion.tflite))
     return conversion
 
 

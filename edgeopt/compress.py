@@ -396,17 +396,19 @@ def _like(out: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return out
 
 
-def _cost_warnings(validation: dict | None) -> list[str]:
+def _cost_warnings(validation: dict | None, distilled: bool = False) -> list[str]:
     """Say so when the compressed model no longer follows the source: 'ok' with a 1 dB
     output is not a compression anyone should ship unread (real OCR models pruned 30% in one
     shot came out at 1-2 dB)."""
     sqnr = (validation or {}).get("sqnr_db")
     if sqnr is None or sqnr >= LOSSY_SQNR_DB:
         return []
+    fix = ("distill longer (--epochs) or prune less (a smaller --prune)" if distilled else
+           "prune less (a smaller --prune) or fine-tune with --distill where the model "
+           "allows it")
     return [f"the compressed model follows the source at {sqnr:.1f} dB output SQNR "
-            f"(below {LOSSY_SQNR_DB:.0f} dB) on {validation['samples']} samples: pruning cost "
-            "much; prune less (a smaller --prune) or fine-tune with --distill where the "
-            "model allows it"]
+            f"(below {LOSSY_SQNR_DB:.0f} dB) on {validation['samples']} samples: "
+            f"compression cost much; {fix}"]
 
 
 def compress(config: CompressConfig, progress: Progress) -> CompressResult:
@@ -434,7 +436,7 @@ def compress(config: CompressConfig, progress: Progress) -> CompressResult:
             record["latency"] = _measure(handle, compressed, content, workdir, progress)
     record["warnings"] = list(dict.fromkeys(
         [w for d in (data, evaluation) if d is not None for w in d.warnings]
-        + _cost_warnings(record.get("validation"))))
+        + _cost_warnings(record.get("validation"), bool(record.get("distillation")))))
     write_file_atomic(Path(config.output), content)
     return CompressResult(Path(config.output), record)
 

@@ -109,7 +109,7 @@ def keep(stage: str, entry_key: str, value: Any, size: int) -> None:
 
 def folder() -> Path:
     """The memo's own temporary folder (for files a kept result needs), made on first use."""
-    if _state["folder"] is None:
+    if _state["folder"] is None or not _state["folder"].is_dir():  # made again if removed
         _state["folder"] = Path(tempfile.mkdtemp(prefix="edgeopt-memo-"))
         atexit.register(shutil.rmtree, _state["folder"], True)
     return _state["folder"]

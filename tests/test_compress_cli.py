@@ -39,7 +39,7 @@ def test_structured_pruning_halves_the_macs_and_writes_a_faster_tflite(run_cli, 
     validation = record["validation"]  # against the source on --eval, with its labels
     assert validation["samples"] == 400 and validation["data"] == str(EVAL)
     assert 0 <= validation["top1_agreement"] <= 1 and validation["reference"] > 0.9
-    lossy = [w for w in record["warnings"] if "pruning cost much" in w]
+    lossy = [w for w in record["warnings"] if "compression cost much" in w]
     assert bool(lossy) == (validation["sqnr_db"] < 15)  # said exactly when it cost that much
 
 
@@ -49,6 +49,7 @@ def test_a_compression_that_no_longer_follows_the_source_is_said():
 
     (warning,) = _cost_warnings({"sqnr_db": 1.4, "samples": 3})
     assert "1.4 dB" in warning and "3 samples" in warning and "--distill" in warning
+    assert "--epochs" in _cost_warnings({"sqnr_db": 1.4, "samples": 3}, distilled=True)[0]
     assert _cost_warnings({"sqnr_db": 31.0, "samples": 3}) == []
     assert _cost_warnings(None) == []
 

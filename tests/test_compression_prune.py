@@ -57,8 +57,19 @@ def separable_net() -> keras.Model:
     return keras.Model(inp, L.Softmax()(L.Dense(4, name="head")(L.GlobalAveragePooling2D()(x))))
 
 
+def prelu_net() -> keras.Model:
+    """MTCNN's shape (the `mtcnn` wheel's P/R/O-Nets): PReLU after every conv and dense,
+    its alpha shared over the spatial axes ((1, 1, C)) or per unit ((C,))."""
+    inp = keras.Input((12, 12, 3))
+    x = L.PReLU(shared_axes=[1, 2], name="p1")(L.Conv2D(16, 3, name="c1")(inp))
+    x = L.MaxPooling2D(name="pool")(x)
+    x = L.PReLU(shared_axes=[1, 2], name="p2")(L.Conv2D(24, 3, name="c2")(x))
+    x = L.PReLU(name="p3")(L.Dense(16, name="fc")(L.Flatten(name="flat")(x)))
+    return keras.Model(inp, L.Dense(4, name="head")(x))
+
+
 NETS = {"conv": conv_bn_relu_conv_dense, "residual": residual_add, "concat": concat_net,
-        "depthwise": depthwise_net, "separable": separable_net}
+        "depthwise": depthwise_net, "separable": separable_net, "prelu": prelu_net}
 
 
 def build(kind: str) -> keras.Model:
@@ -76,6 +87,8 @@ def _randomize_bn(model: keras.Model) -> None:
             n = layer.gamma.shape[0]
             layer.set_weights([rng.uniform(0.5, 1.5, n), rng.normal(0, 0.1, n),
                                rng.normal(0, 0.1, n), rng.uniform(0.5, 1.5, n)])
+        if isinstance(layer, L.PReLU):  # per-channel slopes, so a mis-slice shows
+            layer.set_weights([rng.uniform(0.05, 0.5, w.shape) for w in layer.get_weights()])
 
 
 def samples(n: int = 8) -> np.ndarray:
