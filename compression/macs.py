@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt.compression.graph import PruneError
 from edgeopt.compression.groups import ChannelGraph
 
 
@@ -30,7 +31,12 @@ def _terms(layer: Any, source: str = "") -> list[MacTerm]:
     kind = type(layer).__name__
     if kind not in ("Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Dense"):
         return []
-    spatial = int(np.prod(layer.output.shape[1:-1], dtype=np.int64))
+    dims = tuple(layer.output.shape[1:-1])
+    if any(d is None for d in dims):  # a fully convolutional model saved without a size
+        raise PruneError(f"cannot count the MACs of layer '{layer.name}': its output size "
+                         f"{list(layer.output.shape)} is not fixed; give the input size with "
+                         "--input-shape NAME:1,H,W,C, or save the model with a fixed input")
+    spatial = int(np.prod(dims, dtype=np.int64))
     area = int(np.prod(layer.kernel_size)) if kind != "Dense" else 1
     if kind == "SeparableConv2D":
         multiplier = int(layer.depth_multiplier)

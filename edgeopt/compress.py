@@ -87,7 +87,7 @@ class Compressed:
 def trainable_model(handle, workdir: Path) -> Trainable:
     """A Keras model of ``handle`` whose layers own their weights (Keras or ONNX sources)."""
     if handle.format == "keras":
-        return Trainable(load_keras(handle.path), "keras")
+        return Trainable(_static_keras(load_keras(handle.path), handle.inputs), "keras")
     if handle.format == "onnx":
         import onnx
 
@@ -98,6 +98,28 @@ def trainable_model(handle, workdir: Path) -> Trainable:
                       f"{handle.format} file: {handle.path.name} keeps no trainable layers; "
                       "pass the .keras or .onnx it was converted from (save a SavedModel "
                       "as .keras first), or build this file unpruned with `edgeopt build`")
+
+
+def _static_keras(model, inputs) -> Any:
+    """A functional model whose input leaves its size open ([None, None, None, 3]: MTCNN's
+    P-Net) rebuilt with the size --input-shape fixed, its weights copied; pruning counts
+    MACs per layer and needs every layer's size. Other models come back as they are."""
+    import keras
+
+    config = model.get_config()
+    layers = config.get("layers") if isinstance(config, dict) else None
+    entries = [e for e in layers or [] if e.get("class_name") == "InputLayer"]
+    if len(entries) != 1 or len(inputs) != 1:
+        return model
+    shape = entries[0]["config"].get("batch_shape")
+    fixed = [None, *inputs[0].shape[1:]]
+    if shape is None or len(shape) != len(fixed) or None not in shape[1:] or \
+            any(d is not None and d <= 0 for d in fixed[1:]):
+        return model
+    entries[0]["config"]["batch_shape"] = fixed
+    rebuilt = keras.Model.from_config(config)
+    rebuilt.set_weights(model.get_weights())
+    return rebuilt
 
 
 def _frozen_note(trainable: Trainable) -> str:

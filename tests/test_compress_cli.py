@@ -230,3 +230,21 @@ def test_teacher_with_dynamic_image_dims_takes_student_batches():
 
     assert input_permutation((None, 48, 192, 3), (-1, 3, -1, -1)) == (0, 3, 1, 2)
     assert input_permutation((None, 32, 32, 1), (-1, 32, 32, 1)) is None
+
+
+def test_a_fully_convolutional_keras_model_prunes_at_the_given_input_size(run_cli, tmp_path):
+    """MTCNN's P-Net is saved with an open input size ([None, None, None, 3]); pruning counts
+    MACs per layer, so --input-shape fixes the size (it was an internal error)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((None, None, 3), name="image")
+    x = keras.layers.PReLU(shared_axes=[1, 2])(keras.layers.Conv2D(16, 3, name="c1")(inp))
+    x = keras.layers.PReLU(shared_axes=[1, 2])(keras.layers.Conv2D(16, 3, name="c2")(x))
+    model_path, data = tmp_path / "fcn.keras", tmp_path / "x.npz"
+    keras.Model(inp, keras.layers.Conv2D(2, 1, name="head")(x)).save(model_path)
+    np.savez(data, image=np.random.default_rng(0).random((16, 24, 24, 3), dtype=np.float32))
+    out = tmp_path / "small.keras"
+    record = _json(run_cli("compress", model_path, "--prune", "0.3", "--data", data,
+                           "--input-shape", "image:1,24,24,3", "-o", out, "--json"))
+    assert record["macs"]["after"] < record["macs"]["before"] and out.exists()
