@@ -102,7 +102,9 @@ class ChannelGraph:
 
 def _unsupported(node: LayerNode, why: str = "") -> PruneError:
     detail = f": {why}" if why else ""
-    return PruneError(f"cannot prune through layer '{node.name}' ({node.class_name}){detail}")
+    return PruneError(f"cannot prune through layer '{node.name}' ({node.class_name}){detail}; "
+                      "edgeopt removes no channels across it: build the model unpruned "
+                      "(`edgeopt build`), or replace that layer before pruning")
 
 
 def _check_channels_last(node: LayerNode) -> None:
