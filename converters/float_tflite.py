@@ -115,13 +115,13 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
         fixed = with_static_inputs(tflite, _fixed_shapes(handle))
         converter = "none" if fixed == tflite else "none (dynamic inputs made static)"
         return FloatConversion(fixed, None, {}, tuple(None for _ in handle.outputs), converter)
-    memo_key = stage_memo.key(handle.path, handle.format, handle.inputs, handle.outputs,
-                              samples or {})
+    memo_key = stage_memo.entry_key(handle.path, handle.format, handle.inputs, handle.outputs,
+                                    samples or {})
     kept = stage_memo.recall("float_conversion", memo_key)
     if kept is not None:  # a sweep's earlier candidate converted this very model
         return kept
     conversion = _convert(handle, workdir, samples, keras_model)
-    if stage_memo.active():  # copying the SavedModel out is only worth it for a later build
+    if memo_key is not None:  # copying the SavedModel out is only worth it for a later build
         stage_memo.keep("float_conversion", memo_key, _kept(conversion), len(conversion.tflite))
     return conversion
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import platform
 import tempfile
@@ -694,20 +695,23 @@ def compress_stage(handle: ModelHandle, keras_model, config: BuildConfig, calib:
                                 channel_multiple=config.prune_channel_multiple)
     fmt = "onnx" if handle.format == "onnx" else "keras"
     path = workdir / f"{handle.stem}_compressed.{fmt}"
-    memo_key = stage_memo.key(handle.path, handle.inputs, handle.outputs, calib.arrays,
-                              calib.labels, settings)
+    memo_key = stage_memo.entry_key(handle.path, handle.inputs, handle.outputs, calib.arrays,
+                                    calib.labels, settings)
     kept = stage_memo.recall("compress", memo_key)
     if kept is not None:  # a sweep's earlier candidate: same model, data and settings
         content, record = kept
         progress("reusing the compressed model of an earlier candidate (same model, data "
                  "and settings)")
         path.write_bytes(content)
-        return load_model(path), (load_keras(path) if fmt == "keras" else None), record
+        # a copy: the manifest this build writes must not reach into the kept record
+        return (load_model(path), (load_keras(path) if fmt == "keras" else None),
+                copy.deepcopy(record))
     compressed = compress_model(handle, calib, settings, workdir, progress)
-    path.write_bytes(write_model(compressed, fmt, workdir))
+    content = write_model(compressed, fmt, workdir)
+    path.write_bytes(content)
     record = {**compressed.record, "size_bytes": {"before": handle.size_bytes,
-                                                  "after": path.stat().st_size}}
-    stage_memo.keep("compress", memo_key, (path.read_bytes(), record), path.stat().st_size)
+                                                  "after": len(content)}}
+    stage_memo.keep("compress", memo_key, (content, copy.deepcopy(record)), len(content))
     return load_model(path), (compressed.model if fmt == "keras" else None), record
 
 

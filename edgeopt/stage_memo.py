@@ -78,6 +78,12 @@ def key(*parts: Any) -> str:
     return h.hexdigest()
 
 
+def entry_key(*parts: Any) -> str | None:
+    """`key(*parts)` while the memo is on, else None (and nothing read): a plain build
+    does not hash its model and data for a memo it never uses."""
+    return key(*parts) if active() else None
+
+
 def _hash_path(h, path: Path) -> None:
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for file in files:
@@ -85,9 +91,9 @@ def _hash_path(h, path: Path) -> None:
         h.update(file.read_bytes())
 
 
-def recall(stage: str, entry_key: str) -> Any | None:
+def recall(stage: str, entry_key: str | None) -> Any | None:
     """The result a build stored under (stage, key), or None (also when the memo is off)."""
-    if not active():
+    if not active() or entry_key is None:
         return None
     found = _entries.get(f"{stage}:{entry_key}")
     if found is None:
@@ -98,9 +104,9 @@ def recall(stage: str, entry_key: str) -> Any | None:
     return found[0]
 
 
-def keep(stage: str, entry_key: str, value: Any, size: int) -> None:
+def keep(stage: str, entry_key: str | None, value: Any, size: int) -> None:
     """Store a result of `size` bytes; the oldest go when the memo would pass MAX_BYTES."""
-    if not active() or size > MAX_BYTES:
+    if not active() or entry_key is None or size > MAX_BYTES:
         return
     _entries[f"{stage}:{entry_key}"] = (value, size)
     while sum(s for _, s in _entries.values()) > MAX_BYTES:

@@ -42,6 +42,8 @@ def test_a_key_is_made_of_content_not_of_paths(tmp_path):
 
 
 def test_nothing_is_kept_or_recalled_when_the_memo_is_off():
+    # off, a build's key is not even computed: a missing file is never read
+    assert stage_memo.entry_key(Path("/nonexistent/model.keras"), {"x": np.ones(3)}) is None
     stage_memo.keep("compress", "k", "value", 5)
     with stage_memo.enabled():
         assert stage_memo.recall("compress", "k") is None  # kept while off: nothing
