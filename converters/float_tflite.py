@@ -115,7 +115,7 @@ def to_float_tflite(handle: ModelHandle, workdir: Path,
         fixed = with_static_inputs(tflite, _fixed_shapes(handle))
         converter = "none" if fixed == tflite else "none (dynamic inputs made static)"
         return FloatConversion(fixed, None, {}, tuple(None for _ in handle.outputs), converter)
-    memo_key = stage_memo.entry_key(handle.path, handle.format, handle.inputs, handle.outputs,
+    memo_key = stage_memo.entry_key(handle.files, handle.format, handle.inputs, handle.outputs,
                                     samples or {})
     kept = stage_memo.recall("float_conversion", memo_key)
     if kept is not None:  # a sweep's earlier candidate converted this very model

@@ -22,7 +22,7 @@ import numpy as np
 from edgeopt.converters.onnx_pin import value_decided_ifs, value_if_message
 from edgeopt.converters.onnx_tidy import tidy
 from edgeopt.errors import ConversionError, first_line
-from edgeopt.model import ModelHandle, batch_axis
+from edgeopt.model import ModelHandle, batch_axis, external_locations
 from edgeopt.tf_env import quiet_tensorflow
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
@@ -191,14 +191,10 @@ def private_copy(path: Path, workdir: Path) -> Path:
     folder when it was loaded (model.check_external_data) and keep their relative paths.
     """
     import onnx
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     model = onnx.load(str(path), load_external_data=False)
     folder = Path(tempfile.mkdtemp(prefix="source-", dir=workdir))
-    locations = {entry.value for tensor in _get_all_tensors(model)
-                 if uses_external_data(tensor)
-                 for entry in tensor.external_data if entry.key == "location"}
-    for location in sorted(locations):
+    for location in external_locations(model):
         (folder / location).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path.parent / location, folder / location)
     copy = folder / path.name

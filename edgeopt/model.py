@@ -91,6 +91,17 @@ class ModelHandle:
     def stem(self) -> str:
         return (self.path.name if self.path.is_dir() else self.path.stem) or "model"
 
+    def files(self) -> tuple[Path, ...]:
+        """Every file the model's content is read from: the model (a SavedModel: its
+        folder) and, for an .onnx, the external-data files its tensors name (two .onnx
+        files with the same bytes may read different weights)."""
+        if self.format != "onnx":
+            return (self.path,)
+        import onnx
+
+        model = onnx.load(str(self.path), load_external_data=False)
+        return (self.path, *(self.path.parent / name for name in external_locations(model)))
+
 
 def batch_axis(shape: tuple[int, ...]) -> int | None:
     """The axis of an input (or output) declared shape that counts samples; -1 marks a
@@ -226,6 +237,16 @@ def _load_pt2(path: Path) -> ModelHandle:
 
 
 # --- ONNX -------------------------------------------------------------------------------
+
+def external_locations(model) -> list[str]:
+    """The external-data file names (relative to the model's folder) an ONNX model's
+    tensors read, sorted, each once."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return sorted({entry.value for tensor in _get_all_tensors(model)
+                   if uses_external_data(tensor)
+                   for entry in tensor.external_data if entry.key == "location"})
+
 
 def check_external_data(model, folder: Path) -> None:
     """Refuse external-data locations that leave the model's folder (absolute, `..`, links)."""

@@ -695,7 +695,7 @@ def compress_stage(handle: ModelHandle, keras_model, config: BuildConfig, calib:
                                 channel_multiple=config.prune_channel_multiple)
     fmt = "onnx" if handle.format == "onnx" else "keras"
     path = workdir / f"{handle.stem}_compressed.{fmt}"
-    memo_key = stage_memo.entry_key(handle.path, handle.inputs, handle.outputs, calib.arrays,
+    memo_key = stage_memo.entry_key(handle.files, handle.inputs, handle.outputs, calib.arrays,
                                     calib.labels, settings)
     kept = stage_memo.recall("compress", memo_key)
     if kept is not None:  # a sweep's earlier candidate: same model, data and settings

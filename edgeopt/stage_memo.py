@@ -60,10 +60,17 @@ def hits() -> Iterator[list[str]]:
 
 def key(*parts: Any) -> str:
     """A SHA-256 over the parts: paths by their content (a folder: every file in it, by
-    relative path), arrays by dtype, shape and bytes, anything else by its repr."""
+    relative path), arrays by dtype, shape and bytes, tuples and lists part by part, a
+    callable by what it returns (called only here: work a plain build never does, such
+    as listing a model's files), anything else by its repr."""
     h = hashlib.sha256()
     for part in parts:
-        if isinstance(part, Path):
+        if callable(part):
+            part = part()
+        if isinstance(part, (tuple, list)):
+            h.update(f"{type(part).__name__}{len(part)}\0".encode())
+            h.update(key(*part).encode())
+        elif isinstance(part, Path):
             _hash_path(h, part)
         elif isinstance(part, np.ndarray):
             h.update(f"{part.dtype}{part.shape}".encode())

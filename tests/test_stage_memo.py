@@ -41,6 +41,39 @@ def test_a_key_is_made_of_content_not_of_paths(tmp_path):
     assert stage_memo.key(folder) != before
 
 
+def _onnx_with_external_weights(folder: Path, weight: float) -> Path:
+    """y = x + w, w stored in the external-data file weights.bin beside model.onnx."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((1, 64), weight, np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folder.mkdir()
+    path = folder / "model.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="weights.bin",
+                    size_threshold=0)
+    return path
+
+
+def test_an_onnx_model_is_keyed_by_its_external_data_too(tmp_path):
+    # the same .onnx bytes beside other weights is another model: it must not reuse the
+    # first one's conversion
+    from edgeopt.model import load_model
+
+    one = load_model(_onnx_with_external_weights(tmp_path / "one", 1.0))
+    two = load_model(_onnx_with_external_weights(tmp_path / "two", 2.0))
+    assert one.path.read_bytes() == two.path.read_bytes()
+    assert one.files() == (one.path, one.path.parent / "weights.bin")
+    assert stage_memo.key(one.files) != stage_memo.key(two.files)
+    assert stage_memo.key(one.path) == stage_memo.key(two.path)  # what the key used to read
+    with stage_memo.enabled():
+        assert stage_memo.entry_key(one.files) == stage_memo.key(one.files)
+
+
 def test_nothing_is_kept_or_recalled_when_the_memo_is_off():
     # off, a build's key is not even computed: a missing file is never read
     assert stage_memo.entry_key(Path("/nonexistent/model.keras"), {"x": np.ones(3)}) is None
