@@ -1,0 +1,129 @@
+"""The second PyTorch route (`--torch-route litert`): litert-torch straight to a float .tflite.
+
+The checked program edgeopt rebuilt (edgeopt.torch_program; never torch.export.load on the
+user's file) goes to `litert_torch.convert`; the .tflite it writes has its input and output
+tensors named as the program's (the ONNX route's names), then is checked against the
+PyTorch program itself, per output, on the program's sample and seeded normal inputs, and
+is loaded as any float .tflite is. The layout stays as litert-torch writes it: NCHW inputs
+and outputs, with the transposes inside the graph (no `input_layout_changes`).
+
+    >>> tflite_path, origin = convert_pt2(Path("model.pt2"), Path(tmp))  # doctest: +SKIP
+    >>> origin.record()["route"]
+    'litert'
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+
+from edgeopt.errors import ConversionError, ModelLoadError, first_line
+from edgeopt.tflite_edit import pack, unpack
+from edgeopt.torch_onnx import TorchOrigin, compare_outputs, example_args, parity_samples
+from edgeopt.torch_program import import_torch, load_program, program_inputs, run_program
+
+ROUTE = "litert"
+INSTALL_HINT = ("--torch-route litert needs litert-torch, which is not installed: "
+                "pip install 'edgeopt[torch]' (it brings litert-torch 0.10)")
+LAYOUT_NOTE = ("litert-torch keeps the PyTorch layout: NCHW inputs and outputs, the "
+               "transposes to NHWC inside the graph")
+
+
+def import_litert_torch():
+    """litert_torch, or the one error that says what to install."""
+    if importlib.util.find_spec("litert_torch") is None:
+        raise ModelLoadError(INSTALL_HINT)
+    try:
+        import litert_torch
+    except ImportError as exc:
+        raise ModelLoadError(f"{INSTALL_HINT} ({first_line(exc)})") from None
+    return litert_torch
+
+
+def converter_name() -> str:
+    try:
+        return f"litert_torch.convert (litert-torch {version('litert-torch')})"
+    except PackageNotFoundError:
+        return "litert_torch.convert"
+
+
+def _convert(program, label: str) -> bytes:
+    litert_torch = import_litert_torch()
+    try:
+        edge = litert_torch.convert(program.module(), example_args(program))
+        return bytes(edge.model_content())
+    except Exception as exc:  # litert-torch raises its own and MLIR's error types per op
+        raise ConversionError(f"{label}: litert-torch cannot convert the program: "
+                              f"{type(exc).__name__}: {first_line(exc)}") from None
+
+
+def output_names(program) -> list[str]:
+    """The program's user outputs, as the ONNX exporter names them."""
+    return [str(n) for n in program.graph_signature.user_outputs]
+
+
+def name_like_program(tflite: bytes, inputs: list[str], outputs: list[str]) -> bytes:
+    """The .tflite with its graph inputs and outputs (tensors and signature keys) named as
+    the program's, in the program's order; ConversionError when the counts differ."""
+    model = unpack(tflite)
+    if model is None:
+        return tflite
+    graph = model.subgraphs[0]
+    if len(graph.inputs) != len(inputs) or len(graph.outputs) != len(outputs):
+        raise ConversionError(f"litert-torch wrote a .tflite with {len(graph.inputs)} inputs "
+                              f"and {len(graph.outputs)} outputs; the program has "
+                              f"{len(inputs)} and {len(outputs)}")
+    named = {**dict(zip(graph.inputs, inputs)), **dict(zip(graph.outputs, outputs))}
+    for index, name in named.items():
+        graph.tensors[index].name = name
+    for signature in model.signatureDefs or []:
+        for tensor_map in [*(signature.inputs or []), *(signature.outputs or [])]:
+            if tensor_map.tensorIndex in named:
+                tensor_map.name = named[tensor_map.tensorIndex]
+    return pack(model)
+
+
+def _run_tflite(tflite: bytes, feeds: dict[str, np.ndarray], names: list[str]
+                ) -> list[np.ndarray]:
+    """Each sample through LiteRT, outputs in the graph's order."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=tflite)
+    interpreter.allocate_tensors()
+    inputs, outputs = interpreter.get_input_details(), interpreter.get_output_details()
+    rows: list[list[np.ndarray]] = []
+    for i in range(len(feeds[names[0]])):
+        for detail, name in zip(inputs, names):
+            interpreter.set_tensor(detail["index"], feeds[name][i:i + 1].astype(
+                detail["dtype"]))
+        interpreter.invoke()
+        rows.append([interpreter.get_tensor(d["index"]).copy() for d in outputs])
+    return [np.concatenate(parts) for parts in zip(*rows)]
+
+
+def check_tflite(program, tflite: bytes, label: str) -> tuple[dict, ...]:
+    """Per output, the litert-torch .tflite against the PyTorch program on sample inputs."""
+    feeds = parity_samples(program)
+    names = program_inputs(program)
+    reference = run_program(program, feeds, names)
+    candidate = _run_tflite(tflite, feeds, names)
+    return compare_outputs(reference, candidate, output_names(program), label,
+                           "the litert-torch .tflite")
+
+
+def convert_pt2(path: Path, folder: Path) -> tuple[Path, TorchOrigin]:
+    """`folder/<stem>.tflite` converted by litert-torch from the checked program, and where
+    it came from."""
+    import_litert_torch()  # before the program is rebuilt: the missing package is the error
+    program = load_program(path)
+    torch = import_torch()
+    content = name_like_program(_convert(program, str(path)), program_inputs(program),
+                                output_names(program))
+    outputs = check_tflite(program, content, str(path))
+    tflite_path = folder / f"{path.stem or 'model'}.tflite"
+    tflite_path.write_bytes(content)
+    return tflite_path, TorchOrigin(path, program, torch.__version__, outputs, 0,
+                                    route=ROUTE, exporter=converter_name(), layout=LAYOUT_NOTE)
