@@ -254,7 +254,8 @@ class TorchExport:
     parity: Parity
     outputs: list[TorchOutputParity]
     named_layers: int = field(metadata={
-        "description": "ONNX nodes named by their PyTorch module path (features.3.conv.0)"})
+        "description": "ONNX nodes (route litert: .tflite tensors) named by their PyTorch "
+                       "module path (features.3.conv.0)"})
     route: str | None = _opt(description="--torch-route: onnx or litert")
     layout: str | None = _opt(description="the layout the converted model takes and gives")
 

@@ -14,7 +14,11 @@ and outputs, with the transposes inside the graph (no `input_layout_changes`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import logging
+import os
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -28,8 +32,32 @@ from edgeopt.torch_program import import_torch, load_program, program_inputs, ru
 ROUTE = "litert"
 INSTALL_HINT = ("--torch-route litert needs litert-torch, which is not installed: "
                 "pip install 'edgeopt[torch]' (it brings litert-torch 0.10)")
+_PROGRESS = "LITERT_TORCH_SHOW_PROGRESS"
 LAYOUT_NOTE = ("litert-torch keeps the PyTorch layout: NCHW inputs and outputs, the "
                "transposes to NHWC inside the graph")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """litert-torch draws its progress with rich on sys.stdout and logs through handlers
+    made on the real sys.stderr (torchao's "Failed to load" kernels at import, "converted
+    in training mode" for an exported program, which has no train/eval); none of it may
+    reach the user's terminal or a --json stdout. Its progress is switched off for the call
+    only (an environment variable it reads)."""
+    before = os.environ.get(_PROGRESS)
+    os.environ[_PROGRESS] = "n"
+    level = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
+                io.StringIO()):
+            yield
+    finally:
+        logging.disable(level)
+        if before is None:
+            os.environ.pop(_PROGRESS, None)
+        else:
+            os.environ[_PROGRESS] = before
 
 
 def import_litert_torch():
@@ -37,7 +65,8 @@ def import_litert_torch():
     if importlib.util.find_spec("litert_torch") is None:
         raise ModelLoadError(INSTALL_HINT)
     try:
-        import litert_torch
+        with _quiet():
+            import litert_torch
     except ImportError as exc:
         raise ModelLoadError(f"{INSTALL_HINT} ({first_line(exc)})") from None
     return litert_torch
@@ -53,8 +82,9 @@ def converter_name() -> str:
 def _convert(program, label: str) -> bytes:
     litert_torch = import_litert_torch()
     try:
-        edge = litert_torch.convert(program.module(), example_args(program))
-        return bytes(edge.model_content())
+        with _quiet():
+            edge = litert_torch.convert(program.module(), example_args(program))
+            return bytes(edge.model_content())
     except Exception as exc:  # litert-torch raises its own and MLIR's error types per op
         raise ConversionError(f"{label}: litert-torch cannot convert the program: "
                               f"{type(exc).__name__}: {first_line(exc)}") from None
@@ -65,12 +95,56 @@ def output_names(program) -> list[str]:
     return [str(n) for n in program.graph_signature.user_outputs]
 
 
-def name_like_program(tflite: bytes, inputs: list[str], outputs: list[str]) -> bytes:
+def module_path(location: str) -> str | None:
+    """`features.1.0` from a litert-torch tensor name, an MLIR location per fused op
+    (`Net/torch.nn.modules.container.Sequential_features/...conv.Conv2d_0;1`, joined by
+    `;;`, the first op's last: a convolution with a fused ReLU is named by the convolution,
+    as the ONNX route names it); None for the root module's own ops and other names."""
+    segments = location.split(";;")[-1].rsplit(";", 1)[0].split("/")
+    if len(segments) < 2 or ";" in segments[0]:
+        return None
+    attrs = []
+    for segment in segments[1:]:
+        kind = segment.rsplit(".", 1)[-1].lstrip("_")  # Class_attr (a private _Class too)
+        if "_" not in kind:
+            return None
+        attrs.append(kind.split("_", 1)[1])
+    return ".".join(attrs)
+
+
+def _name_by_module(model, graph, kept: set[int]) -> int:
+    """Name the activation tensors by module path (unique: `box`, `box/1`); how many."""
+    taken = {_text(t.name) for t in graph.tensors}
+    named = 0
+    for index, tensor in enumerate(graph.tensors):
+        buffer = model.buffers[tensor.buffer] if tensor.buffer < len(model.buffers) else None
+        if index in kept or (buffer is not None and buffer.data is not None and
+                             len(buffer.data)):
+            continue
+        path = module_path(_text(tensor.name))
+        if path is None:
+            continue
+        name = next(c for c in [path, *(f"{path}/{k}" for k in range(1, len(taken) + 2))]
+                    if c not in taken)
+        taken.add(name)
+        tensor.name = name
+        named += 1
+    return named
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value or ""
+
+
+def name_like_program(tflite: bytes, inputs: list[str], outputs: list[str]
+                      ) -> tuple[bytes, int]:
     """The .tflite with its graph inputs and outputs (tensors and signature keys) named as
-    the program's, in the program's order; ConversionError when the counts differ."""
+    the program's, in the program's order, and its other activations by module path (the
+    layer report then says `features.3.conv.0`); and how many got a module path.
+    ConversionError when the input or output counts differ."""
     model = unpack(tflite)
     if model is None:
-        return tflite
+        return tflite, 0
     graph = model.subgraphs[0]
     if len(graph.inputs) != len(inputs) or len(graph.outputs) != len(outputs):
         raise ConversionError(f"litert-torch wrote a .tflite with {len(graph.inputs)} inputs "
@@ -83,7 +157,8 @@ def name_like_program(tflite: bytes, inputs: list[str], outputs: list[str]) -> b
         for tensor_map in [*(signature.inputs or []), *(signature.outputs or [])]:
             if tensor_map.tensorIndex in named:
                 tensor_map.name = named[tensor_map.tensorIndex]
-    return pack(model)
+    count = _name_by_module(model, graph, set(named))
+    return pack(model), count
 
 
 def _run_tflite(tflite: bytes, feeds: dict[str, np.ndarray], names: list[str]
@@ -120,10 +195,10 @@ def convert_pt2(path: Path, folder: Path) -> tuple[Path, TorchOrigin]:
     import_litert_torch()  # before the program is rebuilt: the missing package is the error
     program = load_program(path)
     torch = import_torch()
-    content = name_like_program(_convert(program, str(path)), program_inputs(program),
-                                output_names(program))
+    content, named = name_like_program(_convert(program, str(path)), program_inputs(program),
+                                       output_names(program))
     outputs = check_tflite(program, content, str(path))
     tflite_path = folder / f"{path.stem or 'model'}.tflite"
     tflite_path.write_bytes(content)
-    return tflite_path, TorchOrigin(path, program, torch.__version__, outputs, 0,
+    return tflite_path, TorchOrigin(path, program, torch.__version__, outputs, named,
                                     route=ROUTE, exporter=converter_name(), layout=LAYOUT_NOTE)

@@ -20,7 +20,7 @@ from torch_models import TwoHeads, save_program  # noqa: E402
 from conftest import assert_user_error  # noqa: E402
 from edgeopt.model import load_model  # noqa: E402
 from edgeopt.tflite_reader import read_tflite  # noqa: E402
-from edgeopt.torch_litert import LAYOUT_NOTE  # noqa: E402
+from edgeopt.torch_litert import LAYOUT_NOTE, module_path  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +55,7 @@ def test_litert_route_gives_a_float_tflite_named_and_ordered_as_the_program(
     assert record["route"] == "litert" and record["exporter"].startswith(
         "litert_torch.convert (litert-torch 0.10")
     assert record["layout"] == LAYOUT_NOTE
+    assert record["named_layers"] > 0
     assert [o["name"] for o in record["outputs"]] == [s.name for s in handle.outputs]
     assert record["parity"]["cosine"] > 0.9999 and record["parity"]["max_abs"] < 1e-4
 
@@ -94,6 +95,11 @@ def test_build_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path, device):
     assert all(o["sqnr_db"] > 15 for o in manifest["validation"]["outputs"])
     artifact = read_tflite(next(out.glob("*.tflite")).read_bytes())
     assert artifact.tensor(artifact.inputs[0]).shape[1] == 3  # channels first
+    # The layer report names layers by module path (the outputs keep the program's names).
+    layers = {row["layer"] for row in manifest["quantization"]["layer_report"]}
+    assert {"features.0.0", "features.1.0"} <= layers, layers
+    assert layers <= {"features.0.0", "features.1.0", "features.1.1", "box", "classifier",
+                      "linear", "sigmoid"}, layers
     assert manifest["estimate"]["latency_ms"] > 0
 
 
@@ -110,6 +116,19 @@ def test_build_to_onnx_and_inspect_by_the_litert_route(run_cli, heads_pt2, calib
     assert result.exit_code == 0, result.stderr
     record = json.loads(result.stdout)
     assert record["format"] == "pt2" and "litert-torch" in record["graph_read_from"]
+
+
+def test_litert_tensor_names_become_module_paths():
+    root = "torch_models.TwoHeads"
+    conv = f"{root}/torch.nn.modules.container.Sequential_features/" \
+        "torch.nn.modules.container.Sequential_0/torch.nn.modules.conv.Conv2d_0"
+    relu = conv.replace("conv.Conv2d_0", "activation.ReLU_2")
+    assert module_path(f"{relu};;{conv};2") == "features.0.0"  # fused: the convolution's
+    assert module_path(f"{root}/torch.nn.modules.linear.Linear_box;") == "box"
+    assert module_path(f"{root}/tv.models.densenet._DenseLayer_denselayer1/"
+                       "torch.nn.modules.conv.Conv2d_conv_1x1;1") == "denselayer1.conv_1x1"
+    assert module_path(f"{root};1") is None  # the root module's own op
+    assert module_path("arith.constant1") is None
 
 
 def test_unknown_route_is_one_error(run_cli, heads_pt2, tmp_path):
