@@ -112,15 +112,15 @@ def module_path(location: str) -> str | None:
     return ".".join(attrs)
 
 
-def _name_by_module(model, graph, kept: set[int]) -> int:
-    """Name the activation tensors by module path (unique: `box`, `box/1`); how many."""
+def _name_by_module(graph, kept: set[int]) -> int:
+    """Name the tensors the ops compute by module path, how many. A module's last tensor
+    takes the plain path (`features.0.0`: its output, what the layer report shows), the
+    ones before it `features.0.0/1`, ... (litert-torch's layout transposes, say)."""
+    produced = [t for op in graph.operators for t in op.outputs if t >= 0 and t not in kept]
     taken = {_text(t.name) for t in graph.tensors}
     named = 0
-    for index, tensor in enumerate(graph.tensors):
-        buffer = model.buffers[tensor.buffer] if tensor.buffer < len(model.buffers) else None
-        if index in kept or (buffer is not None and buffer.data is not None and
-                             len(buffer.data)):
-            continue
+    for index in reversed(dict.fromkeys(produced)):
+        tensor = graph.tensors[index]
         path = module_path(_text(tensor.name))
         if path is None:
             continue
@@ -157,7 +157,7 @@ def name_like_program(tflite: bytes, inputs: list[str], outputs: list[str]
         for tensor_map in [*(signature.inputs or []), *(signature.outputs or [])]:
             if tensor_map.tensorIndex in named:
                 tensor_map.name = named[tensor_map.tensorIndex]
-    count = _name_by_module(model, graph, set(named))
+    count = _name_by_module(graph, set(named))
     return pack(model), count
 
 
