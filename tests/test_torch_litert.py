@@ -17,6 +17,7 @@ pytest.importorskip("litert_torch")
 
 from torch_models import TwoHeads, save_program  # noqa: E402
 
+import edgeopt  # noqa: E402
 from conftest import assert_user_error  # noqa: E402
 from edgeopt.model import load_model  # noqa: E402
 from edgeopt.tflite_reader import read_tflite  # noqa: E402
@@ -77,14 +78,19 @@ def test_litert_tflite_runs_as_the_program(litert_handle):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("device", ["pixel-npu", "host-cpu"])
-def test_build_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path, device):
+@pytest.mark.parametrize("device, via", [("pixel-npu", "cli"), ("host-cpu", "api")])
+def test_build_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path, device, via):
+    """`edgeopt build x.pt2 --torch-route litert`, and edgeopt.build(module, torch_route=)."""
     out = tmp_path / "dist"
-    result = run_cli("build", heads_pt2, "--torch-route", "litert", "--device", device,
-                     "--calib", calib, "-o", out)
-    assert result.exit_code == 0, result.stderr
+    if via == "cli":
+        result = run_cli("build", heads_pt2, "--torch-route", "litert", "--device", device,
+                         "--calib", calib, "-o", out)
+        assert result.exit_code == 0, result.stderr
+    else:
+        edgeopt.build(TwoHeads(), example_inputs=(torch.randn(1, 3, 16, 16),), device=device,
+                      torch_route="litert", calib=str(calib), output=str(out))
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["source"] == {"file": "heads.pt2", "format": "pt2"}
+    assert manifest["source"]["format"] == "pt2"
     conversion = manifest["conversion"]
     export = conversion["torch_export"]
     assert export["route"] == "litert" and "litert-torch" in export["exporter"]
