@@ -185,6 +185,7 @@ def _zip_is_pt2(path: Path) -> bool:
 
 
 def check_torch_route(route: str) -> str:
+    """The route, or one error naming the ones there are."""
     if route not in TORCH_ROUTES:
         raise ConfigError(f"torch route must be {' or '.join(TORCH_ROUTES)}, got {route!r}")
     return route

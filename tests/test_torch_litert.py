@@ -110,7 +110,7 @@ def test_build_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path, device, 
 
 
 @pytest.mark.slow
-def test_build_to_onnx_and_inspect_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path):
+def test_onnx_build_inspect_and_convert_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path):
     out = tmp_path / "dist"
     result = run_cli("build", heads_pt2, "--torch-route", "litert", "--device", "host-cpu",
                      "--format", "onnx", "--calib", calib, "-o", out)
@@ -122,6 +122,13 @@ def test_build_to_onnx_and_inspect_by_the_litert_route(run_cli, heads_pt2, calib
     assert result.exit_code == 0, result.stderr
     record = json.loads(result.stdout)
     assert record["format"] == "pt2" and "litert-torch" in record["graph_read_from"]
+    converted = tmp_path / "float.tflite"
+    result = run_cli("convert", heads_pt2, "--torch-route", "litert", "--calib", calib,
+                     "-o", converted, "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)  # the float .tflite against the PyTorch program
+    assert record["model"] == str(heads_pt2) and "litert-torch" in record["converter"]
+    assert record["parity"]["cosine"] > 0.9999 and converted.read_bytes()[4:8] == b"TFL3"
 
 
 def test_litert_tensor_names_become_module_paths():
