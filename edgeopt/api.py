@@ -7,7 +7,8 @@
     >>> result.manifest["conversion"]["torch_export"]["parity"]["cosine"]
 
 Every other keyword is a `BuildConfig` field (scheme, format, eval, labels, ...), as the
-CLI's `edgeopt build` flags are.
+CLI's `edgeopt build` flags are; `torch_route="litert"` converts a module or .pt2 with
+litert-torch straight to a float .tflite instead of through ONNX (`--torch-route`).
 """
 
 from __future__ import annotations

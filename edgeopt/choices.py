@@ -19,6 +19,15 @@ class ArtifactFormat(StrEnum):
     ONNX = "onnx"
 
 
+class TorchRoute(StrEnum):
+    """How a PyTorch program becomes a model: torch.onnx.export into the ONNX path (the
+    default: equal or better parity on the models measured), or litert-torch straight to a
+    float .tflite."""
+
+    ONNX = "onnx"
+    LITERT = "litert"
+
+
 class RangeMethod(StrEnum):
     """Activation-range estimators; `converter` is the converter's own min-max baseline."""
 

@@ -29,7 +29,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from edgeopt.choices import ArtifactFormat, RangeMethod, values
+from edgeopt.choices import ArtifactFormat, RangeMethod, TorchRoute, values
 from edgeopt.compress_settings import CompressSettings
 from edgeopt.data_limits import HOLDOUT_SHARE
 from edgeopt.devices.profile import profile_names
@@ -47,6 +47,7 @@ NAME_OR_PATH_FIELDS = ("device", "recipe")
 NOT_PATHS = ("random", ALL_DEVICES, "")
 METHODS = values(RangeMethod)
 FORMATS = values(ArtifactFormat)
+TORCH_ROUTES = values(TorchRoute)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class BuildConfig:
     labels: str | None = None  # class names, one per line: the .tflite metadata's label file
     input_shapes: tuple[str, ...] = ()  # "name:1,3,224,224" fixes dynamic dimensions
     input_values: tuple[str, ...] = ()  # "sr=16000" pins an .onnx input to one value
+    torch_route: str = "onnx"  # a .pt2: torch.onnx.export (onnx) or litert-torch (litert)
     method: str = "auto"  # activation ranges: auto|minmax|percentile|mse|entropy|converter
     recipe: str | None = None
     accuracy_budget: float | None = None
@@ -97,6 +99,9 @@ class BuildConfig:
             raise ConfigError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
         if self.parity_samples < 1:
             raise ConfigError("parity_samples must be at least 1")
+        if self.torch_route not in TORCH_ROUTES:
+            raise ConfigError(f"torch_route must be {' or '.join(TORCH_ROUTES)}, got "
+                              f"{self.torch_route!r}")
         if self.method not in METHODS:
             raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if not _device_items(self.device):

@@ -87,18 +87,21 @@ def graph_of(handle: ModelHandle) -> tuple[Graph, str]:
 
 def inspect_model(path: str, device: str | None = None,
                   input_shapes: tuple[str, ...] = (),
-                  input_values: tuple[str, ...] = ()) -> dict:
+                  input_values: tuple[str, ...] = (), torch_route: str = "onnx") -> dict:
     """The inspection record; `input_shapes` (--input-shape) fix dynamic dimensions,
-    `input_values` (--input-value) pin inputs."""
-    handle, values = held_inputs(with_input_shapes(load_model(path), input_shapes),
-                                 input_values)
+    `input_values` (--input-value) pin inputs, `torch_route` (--torch-route) says how a
+    .pt2 becomes the model inspected."""
+    handle, values = held_inputs(with_input_shapes(load_model(path, torch_route),
+                                                   input_shapes), input_values)
     if values or device:  # the model a build would convert: pinned, dequantized
         handle = adapt_onnx(handle, values, None)
     graph, read_from = graph_of(handle)
     placement = placement_record(handle, device) if device else {}
-    # A .pt2 is read as its ONNX export: name the user's file, and say so.
+    # A .pt2 is read as its ONNX export (or litert-torch .tflite): name the user's file,
+    # and say so.
     shown = handle.torch.pt2 if handle.torch is not None else Path(path)
-    read_from = f"{read_from} exported from PyTorch" if handle.torch is not None else read_from
+    if handle.torch is not None:
+        read_from = f"{read_from} {_FROM_PYTORCH[handle.torch.route]}"
     return {
         "model": str(shown), "format": "pt2" if handle.torch else handle.format,
         "size_bytes": shown.stat().st_size if handle.torch or handle.adaptation
@@ -113,6 +116,10 @@ def inspect_model(path: str, device: str | None = None,
         **({"onnx_rewrite": handle.adaptation} if handle.adaptation else {}),
         **placement,
     }
+
+
+_FROM_PYTORCH = {"onnx": "exported from PyTorch",
+                 "litert": "converted from PyTorch by litert-torch"}
 
 
 def _human(n: float) -> str:

@@ -235,7 +235,8 @@ class Parity:
 
 @dataclass(frozen=True)
 class TorchOutputParity:
-    """One output of a .pt2's ONNX export against the PyTorch program."""
+    """One output of a .pt2's ONNX export (or litert-torch .tflite) against the PyTorch
+    program."""
 
     name: str
     samples: int = field(metadata=NON_NEGATIVE)
@@ -245,14 +246,18 @@ class TorchOutputParity:
 
 @dataclass(frozen=True)
 class TorchExport:
-    """A PyTorch .pt2 program exported to ONNX by edgeopt before the build."""
+    """A PyTorch .pt2 program exported by edgeopt before the build: to ONNX (route onnx) or
+    by litert-torch to a float .tflite (route litert)."""
 
-    exporter: str
-    torch_version: str = field(metadata={"description": "the torch that exported it to ONNX"})
+    exporter: str = field(metadata={"description": "the converter and its version"})
+    torch_version: str = field(metadata={"description": "the torch that exported it"})
     parity: Parity
     outputs: list[TorchOutputParity]
     named_layers: int = field(metadata={
-        "description": "ONNX nodes named by their PyTorch module path (features.3.conv.0)"})
+        "description": "ONNX nodes (route litert: .tflite tensors) named by their PyTorch "
+                       "module path (features.3.conv.0)"})
+    route: str | None = _opt(description="--torch-route: onnx or litert")
+    layout: str | None = _opt(description="the layout the converted model takes and gives")
 
 
 @dataclass(frozen=True)

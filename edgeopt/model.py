@@ -9,7 +9,9 @@ byte 4, `.keras` archives are zips with `config.json`, SavedModels are folders w
 `saved_model.pb`, and ONNX is a protobuf that must parse and pass the checker. A PyTorch
 `.pt2` (torch.export.save) is a zip with `models/model.json`: it is checked without
 torch.export.load (edgeopt.torch_archive, edgeopt.torch_program), exported to ONNX
-(edgeopt.torch_onnx) and handed on as that ONNX model, with `torch` saying where it came from.
+(edgeopt.torch_onnx) and handed on as that ONNX model, with `torch` saying where it came from;
+with `torch_route="litert"`, converted by litert-torch to a float .tflite
+(edgeopt.torch_litert) and handed on as that .tflite.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from edgeopt.errors import ModelLoadError, first_line
+from edgeopt.choices import TorchRoute, values
+from edgeopt.errors import ConfigError, ModelLoadError, first_line
 from edgeopt.graph import MAX_TENSOR_BYTES, check_declared_sizes
 from edgeopt.inputs import CAPS, check_regular, looks_like_protobuf, read_bytes
 from edgeopt.keras_archive import check_keras_archive
@@ -34,9 +37,11 @@ from edgeopt.tflite_ops import check_tflite_ops
 from edgeopt.tflite_prepare import prepare_tflite
 from edgeopt.tflite_reader import read_tflite
 from edgeopt.torch_archive import looks_like_pt2
+from edgeopt.torch_litert import convert_pt2
 from edgeopt.torch_onnx import TorchOrigin, export_pt2
 
 FORMATS = ("onnx", "keras", "saved_model", "tflite", "pt2")
+TORCH_ROUTES = values(TorchRoute)
 # The exported .onnx of each .pt2 this process loaded, removed when the process ends.
 _EXPORTS: list[tempfile.TemporaryDirectory] = []
 
@@ -190,8 +195,17 @@ def _zip_is_pt2(path: Path) -> bool:
         return False  # the Keras archive check says what is wrong with the zip
 
 
-def load_model(path: str | os.PathLike) -> ModelHandle:
-    """Detect the format, check the file is sound and safe, and read its signature."""
+def check_torch_route(route: str) -> str:
+    """The route, or one error naming the ones there are."""
+    if route not in TORCH_ROUTES:
+        raise ConfigError(f"torch route must be {' or '.join(TORCH_ROUTES)}, got {route!r}")
+    return route
+
+
+def load_model(path: str | os.PathLike, torch_route: str = TorchRoute.ONNX) -> ModelHandle:
+    """Detect the format, check the file is sound and safe, and read its signature.
+    `torch_route` says how a .pt2 becomes a model (TorchRoute); other formats ignore it."""
+    check_torch_route(torch_route)
     path = Path(path)
     fmt = detect_format(path)
     if fmt != "saved_model":  # the format's own cap, now that it is known
@@ -199,7 +213,7 @@ def load_model(path: str | os.PathLike) -> ModelHandle:
     if fmt == "tflite":
         return _load_tflite(path)
     if fmt == "pt2":
-        return _load_pt2(path)
+        return _load_pt2(path, torch_route)
     reader = {"onnx": _onnx_signature, "keras": _keras_signature,
               "saved_model": _saved_model_signature}[fmt]
     inputs, outputs = reader(path)
@@ -228,10 +242,15 @@ def _load_tflite(path: Path) -> ModelHandle:
                    preparation=prepared.notes)
 
 
-def _load_pt2(path: Path) -> ModelHandle:
-    """The ONNX export of a checked PyTorch program, loaded as any .onnx is."""
+def _load_pt2(path: Path, route: str) -> ModelHandle:
+    """The ONNX export of a checked PyTorch program, loaded as any .onnx is; by the litert
+    route its litert-torch .tflite, loaded as any .tflite is."""
     folder = tempfile.TemporaryDirectory(prefix="edgeopt-pt2-", ignore_cleanup_errors=True)
     _EXPORTS.append(folder)
+    if route == TorchRoute.LITERT:
+        tflite_path, origin = convert_pt2(path, Path(folder.name))
+        check_regular(tflite_path, "tflite model", ModelLoadError, CAPS["tflite"])
+        return replace(_load_tflite(tflite_path), torch=origin)
     onnx_path, origin = export_pt2(path, Path(folder.name))
     return replace(load_model(onnx_path), torch=origin)
 

@@ -339,13 +339,25 @@ def place_artifact(artifact: Artifact, profile: DeviceProfile, require_full: boo
 def _shipped(built: Artifact, config: BuildConfig, handle: ModelHandle,
              profile: DeviceProfile, calib: Dataset) -> Artifact:
     """A built artifact as it ships: the .pt2's export record, TFLite metadata."""
-    if handle.torch is not None:  # the .pt2's ONNX export, checked against the program
+    if handle.torch is not None:  # the .pt2's export, checked against the program
         built = replace(built, conversion={**built.conversion,
-                                           "torch_export": handle.torch.record()})
+                                           "torch_export": handle.torch.record(),
+                                           **_litert_note(handle, built.conversion)})
     if built.format == "tflite":  # TFLite metadata: validated and shipped as one file
         built = with_build_metadata(built, config, handle, profile,
                                     _preprocessing(calib, built.conversion))
     return built
+
+
+def _litert_note(handle: ModelHandle, conversion: dict) -> dict:
+    """A .pt2 by the litert route: its float .tflite is litert-torch's, not the user's."""
+    if handle.torch is None or handle.torch.route != "litert":
+        return {}
+    note = conversion.get("note", "")
+    given = "input was already a float .tflite: no conversion"
+    said = f"the .pt2 converted to a float .tflite by {handle.torch.exporter}"
+    return {"note": note.replace(given, said) if given in note
+            else "; ".join(filter(None, [said, note]))}
 
 
 def _placed(placement, config: BuildConfig):
@@ -721,7 +733,7 @@ def build(config: BuildConfig, progress: Progress = _quiet) -> BuildResult:
     compared = compared_profiles(config.device, config.format)
     output = Path(config.output)
     check_destination(output)
-    handle, pinned = held_inputs(with_input_shapes(load_model(config.model),
+    handle, pinned = held_inputs(with_input_shapes(load_model(config.model, config.torch_route),
                                                    config.input_shapes), config.input_values)
     config.task_spec().check_outputs([o.name for o in handle.outputs])
     check_path_length(output / f"{handle.stem}.{config.format}")  # the bundle's model file

@@ -111,6 +111,7 @@ class QuantizeRequest:
     labels: str | None = None               # class names packed into a .tflite's metadata
     input_shapes: tuple[str, ...] = ()      # --input-shape NAME:DIMS fixes dynamic dims
     input_values: tuple[str, ...] = ()      # --input-value NAME=VALUE pins an .onnx input
+    torch_route: str = "onnx"               # --torch-route: how a .pt2 becomes a model
     require_full_integer: bool = False      # fail when a w8a8/w4a8 model keeps a float op
     task: str | None = None                 # what the outputs are (edgeopt.task_spec)
     task_output: str | None = None
@@ -185,7 +186,8 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
         raise ConfigError(f"--require-full-integer needs scheme w8a8 or w4a8, got "
                           f"'{config.scheme}'")
     task = request.task_spec()
-    handle, values = held_inputs(with_input_shapes(load_model(request.model),
+    handle, values = held_inputs(with_input_shapes(load_model(request.model,
+                                                              request.torch_route),
                                                    request.input_shapes), request.input_values)
     task.check_outputs([o.name for o in handle.outputs])
     if output.suffix != ".onnx":

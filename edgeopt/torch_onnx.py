@@ -33,9 +33,13 @@ _SCOPES = "pkg.torch.onnx.name_scopes"
 _FUSED_BN = "FuseBatchNormIntoConv"
 
 
+EXPORTER = f"torch.onnx.export (dynamo=True, opset {OPSET})"
+
+
 @dataclass(frozen=True)
 class TorchOrigin:
-    """Where an ONNX handle came from: a PyTorch program, exported by edgeopt."""
+    """Where a handle came from: a PyTorch program, exported by edgeopt to ONNX (route
+    `onnx`) or converted by litert-torch to a float .tflite (route `litert`)."""
 
     pt2: Path
     program: object = field(repr=False, compare=False)
@@ -44,19 +48,23 @@ class TorchOrigin:
     named_layers: int
     # ONNX tensors named by their module path, what a .tflite's tensors are renamed to
     module_tensors: frozenset[str] = frozenset()
+    route: str = "onnx"
+    exporter: str = EXPORTER
+    layout: str | None = None  # the litert route keeps NCHW: said in the record
 
     def record(self) -> dict:
         """manifest conversion.torch_export."""
         worst = min(self.outputs, key=lambda o: o["cosine"])
-        return {"exporter": f"torch.onnx.export (dynamo=True, opset {OPSET})",
+        return {"route": self.route, "exporter": self.exporter,
                 "torch_version": self.torch_version,
                 "parity": {"samples": worst["samples"],
                            "max_abs": max(o["max_abs"] for o in self.outputs),
                            "cosine": worst["cosine"], "warning": worst["cosine"] < WARN_COSINE},
-                "outputs": list(self.outputs), "named_layers": self.named_layers}
+                "outputs": list(self.outputs), "named_layers": self.named_layers,
+                **({"layout": self.layout} if self.layout else {})}
 
 
-def _example_args(program) -> tuple:
+def example_args(program) -> tuple:
     """The program's own sample inputs, else zeros of its placeholder shapes."""
     torch = import_torch()
     if program.example_inputs is not None:
@@ -141,7 +149,7 @@ def _export(program, path: Path):
     torch = import_torch()
     logging.getLogger(_REGISTRATION_LOGGER).setLevel(logging.ERROR)
     try:
-        exported = torch.onnx.export(program, _example_args(program), dynamo=True,
+        exported = torch.onnx.export(program, example_args(program), dynamo=True,
                                      opset_version=OPSET, optimize=True, verbose=False)
     except ImportError as exc:
         raise ModelLoadError(f"the ONNX exporter needs onnxscript ({first_line(exc)}): "
@@ -153,10 +161,10 @@ def _export(program, path: Path):
     return model, *name_by_module(model)
 
 
-def _samples(program, seed: int = 0) -> dict[str, np.ndarray]:
+def parity_samples(program, seed: int = 0) -> dict[str, np.ndarray]:
     """The sample inputs and a few seeded normal ones, one sample per row."""
     rng = np.random.default_rng(seed)
-    args = _example_args(program)
+    args = example_args(program)
     feeds = {}
     for name, arg in zip(program_inputs(program), args):
         example = arg.detach().cpu().numpy()
@@ -169,12 +177,31 @@ def _samples(program, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
+def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray],
+                    output_names: list[str], label: str, what: str) -> tuple[dict, ...]:
+    """Per output, `what` (the ONNX export, the litert-torch .tflite) against the PyTorch
+    program's outputs; ConversionError when one computes something else."""
+    records = []
+    for name, ref, cand in zip(output_names, reference, candidate):
+        if ref.shape != cand.shape:
+            raise ConversionError(f"{label}: {what} gives output '{name}' of shape "
+                                  f"{list(cand.shape)}, the PyTorch program {list(ref.shape)}")
+        diff = float(np.max(np.abs(ref.astype(np.float64) - cand))) if ref.size else 0.0
+        cosine = cosine_similarity(ref, cand)
+        if cosine < BROKEN_COSINE:
+            raise ConversionError(f"{label}: {what} changed output '{name}' (cosine "
+                                  f"{cosine:.3f} against the PyTorch program, max abs "
+                                  f"{diff:.3g})")
+        records.append({"name": name, "samples": len(ref), "max_abs": diff, "cosine": cosine})
+    return tuple(records)
+
+
 def check_export(program, onnx_bytes: bytes, output_names: list[str], label: str
                  ) -> tuple[dict, ...]:
     """Per output, the ONNX export against the PyTorch program on sample inputs."""
     import onnxruntime as ort
 
-    feeds = _samples(program)
+    feeds = parity_samples(program)
     reference = run_program(program, feeds)
     session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
     batch = len(next(iter(feeds.values())))
@@ -183,16 +210,7 @@ def check_export(program, onnx_bytes: bytes, output_names: list[str], label: str
     parts = [session.run(None, {k: v[i:i + step] for k, v in feeds.items()})
              for i in range(0, batch, step)]
     candidate = [np.concatenate(p) for p in zip(*parts)]
-    records = []
-    for name, ref, cand in zip(output_names, reference, candidate):
-        diff = float(np.max(np.abs(ref.astype(np.float64) - cand))) if ref.size else 0.0
-        cosine = cosine_similarity(ref, cand)
-        if cosine < BROKEN_COSINE:
-            raise ConversionError(f"{label}: the ONNX export changed output '{name}' (cosine "
-                                  f"{cosine:.3f} against the PyTorch program, max abs "
-                                  f"{diff:.3g})")
-        records.append({"name": name, "samples": batch, "max_abs": diff, "cosine": cosine})
-    return tuple(records)
+    return compare_outputs(reference, candidate, output_names, label, "the ONNX export")
 
 
 def export_pt2(path: Path, folder: Path) -> tuple[Path, TorchOrigin]:

@@ -23,6 +23,7 @@ from edgeopt.cli.shared import (
     input_value_option,
     json_option,
     step_progress,
+    torch_route_option,
 )
 from edgeopt.cli.task import task_options
 from edgeopt.config import BuildConfig, device_names
@@ -73,6 +74,7 @@ def _default(name: str):
               "folder's classes).")
 @input_shape_option
 @input_value_option
+@torch_route_option
 @task_options
 @click.option("--require-full-delegation", is_flag=True,
               help="Fail when any op would fall back to the CPU.")

@@ -14,6 +14,7 @@ from edgeopt.cli.shared import (
     input_value_option,
     json_option,
     step_progress,
+    torch_route_option,
 )
 from edgeopt.convert import convert_to_file
 from edgeopt.quiet import library_output_to_log
@@ -32,15 +33,17 @@ from edgeopt.summary import size_text
               "into the .tflite as its TFLite-metadata label file.")
 @input_shape_option
 @input_value_option
+@torch_route_option
 @json_option
 def command(model: str, output: str, calib: str, labels: str | None,
-            input_shapes: tuple[str, ...], input_values: tuple[str, ...],
+            input_shapes: tuple[str, ...], input_values: tuple[str, ...], torch_route: str,
             as_json: bool) -> None:
     """Convert MODEL to a float .tflite and check it against the source."""
     with library_output_to_log(), step_progress(as_json) as progress:
         record = convert_to_file(model, Path(output), calib, progress, labels=labels,
                                  input_shapes=tuple(input_shapes),
-                                 input_values=tuple(input_values))
+                                 input_values=tuple(input_values),
+                                 torch_route=torch_route)
     if as_json:
         return emit_json(record)
     p = record["parity"]

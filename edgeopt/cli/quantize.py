@@ -18,6 +18,7 @@ from edgeopt.cli.shared import (
     json_option,
     normalisation_options,
     step_progress,
+    torch_route_option,
 )
 from edgeopt.cli.task import task_options
 from edgeopt.quantize import QuantizeRequest, build_config, quantize_file, summary
@@ -70,6 +71,7 @@ from edgeopt.quiet import library_output_to_log
               "flag's value came from, and exit.")
 @input_shape_option
 @input_value_option
+@torch_route_option
 @json_option
 @click.pass_context
 def command(ctx: click.Context, dry_run: bool, as_json: bool, no_bias_correction: bool,

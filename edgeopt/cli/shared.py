@@ -21,6 +21,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from edgeopt.bundle import disk_full_message
+from edgeopt.choices import TorchRoute
 from edgeopt.devices.profile import profile_names
 from edgeopt.display import printable
 from edgeopt.errors import EdgeoptError
@@ -223,6 +224,13 @@ def input_shape_option(f: Callable) -> Callable:
     return click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:DIMS",
                         help="Fix an input's dynamic dimensions, e.g. x:1,3,48,192 (repeat "
                         "for more inputs).")(f)
+
+
+def torch_route_option(f: Callable) -> Callable:
+    return click.option("--torch-route", "torch_route", type=choice(TorchRoute),
+                        default=TorchRoute.ONNX.value, show_default=True,
+                        help="How a PyTorch .pt2 becomes a model: torch.onnx.export into the "
+                        "ONNX path, or litert-torch straight to a float .tflite.")(f)
 
 
 def input_value_option(f: Callable) -> Callable:
