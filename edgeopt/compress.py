@@ -427,6 +427,15 @@ def _source_outputs(handle, student: Any, inputs: np.ndarray) -> list[np.ndarray
     return run_dataset(runner, {runner.input_names[0]: np.ascontiguousarray(feed)})
 
 
+def _like(out: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """An output with no batch axis first ([T, 1, C], kept per sample by the ONNX import)
+    has the teacher's values with the 1-sized axis left in: same order, same count."""
+    if out.shape != reference.shape and out.size == reference.size and \
+            out.shape[:1] == reference.shape[:1]:
+        return out.reshape(reference.shape)
+    return out
+
+
 def _cost_warnings(validation: dict | None, distilled: bool = False) -> list[str]:
     """Say so when the compressed model no longer follows the source, on its worst output:
     'ok' with a 1 dB output is not a compression anyone should ship unread (real OCR models
