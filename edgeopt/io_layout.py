@@ -77,6 +77,15 @@ def io_layout(handle: ModelHandle, artifact: bytes, fmt: str,
     return {"inputs": inputs, "outputs": outputs, "changed": changed, "note": TRANSPOSE_NOTE}
 
 
+def output_layout_changes(handle: ModelHandle,
+                          output_perms: tuple[tuple[int, ...] | None, ...]) -> dict[str, list[int]]:
+    """Output name -> the transpose from the source's layout to the artifact's, for each
+    output the conversion moved (the manifest's conversion.output_layout_changes)."""
+    return {spec.name: [int(i) for i in inverse] for spec, perm in zip(handle.outputs,
+                                                                        output_perms)
+            if (inverse := _inverse(perm)) is not None}
+
+
 def layout_lines(record: dict | None) -> list[str]:
     """The moved inputs and outputs, one line each, for a command's text summary."""
     lines = []
@@ -92,4 +101,4 @@ def layout_lines(record: dict | None) -> list[str]:
     return lines
 
 
-__all__ = ["io_layout", "layout_lines"]
+__all__ = ["io_layout", "layout_lines", "output_layout_changes"]

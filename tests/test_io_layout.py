@@ -101,3 +101,17 @@ def test_an_unmoved_model_says_nothing_of_layout(run_cli, tmp_path):
     assert record["layout"]["changed"] is False
     assert all(row["transpose"] is None for row in record["layout"]["inputs"])
     assert not [line for line in summary(record).splitlines() if line.startswith("layout")]
+
+
+def test_build_manifest_records_the_moved_output_too(run_cli, quantized, tmp_path):
+    """The build manifest had conversion.input_layout_changes only: the app could not know
+    that the artifact's output is [N, W, C] where the source's was [N, C, W]."""
+    source, calib = quantized[3], quantized[3].parent / "calib.npz"
+    result = run_cli("build", source, "--device", "pixel-npu", "--calib", calib,
+                     "--method", "minmax", "-o", tmp_path / "dist", "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((tmp_path / "dist" / "manifest.json").read_text())
+    conversion = manifest["conversion"]
+    assert conversion["input_layout_changes"] == {"audio": [0, 2, 1]}
+    assert conversion["output_layout_changes"] == {"features": [0, 2, 1]}
+    assert [o["shape"] for o in manifest["outputs"]] == [[1, 16, 8]]
