@@ -262,8 +262,12 @@ def _compression(record: dict) -> dict:
     """What `compress --json` measured: MACs and parameters kept, the pruned model against
     the source (its SQNR and agreement), and its warnings."""
     v = record.get("validation") or {}
+    outputs = [{k: o.get(k) for k in ("name", "sqnr_db", "cosine", "top1_agreement")}
+               for o in v.get("outputs") or ()]
+    sqnrs = [o["sqnr_db"] for o in outputs if o["sqnr_db"] is not None]
     return {"macs": record.get("macs"), "parameters": record.get("parameters"),
             "sqnr_db": v.get("sqnr_db"), "top1_agreement": v.get("top1_agreement"),
+            "outputs": outputs, "worst_sqnr_db": min(sqnrs) if sqnrs else None,
             "samples": v.get("samples"), "warnings": record.get("warnings", [])}
 
 
@@ -342,8 +346,11 @@ def _cell(row: dict | None) -> str:
         runtime = row.get("runtime", "ok")
         if runtime != "ok":
             return "**refused by runtime**"
-        sqnr = (row.get("compression") or {}).get("sqnr_db")
-        return "ok" if sqnr is None else f"ok ({sqnr:.1f} dB{', warned' if sqnr < 15 else ''})"
+        compression = row.get("compression") or {}
+        sqnr = compression.get("worst_sqnr_db", compression.get("sqnr_db"))
+        worst = "worst output " if len(compression.get("outputs") or ()) > 1 else ""
+        return "ok" if sqnr is None else \
+            f"ok ({worst}{sqnr:.1f} dB{', warned' if sqnr < 15 else ''})"
     return {"error": "error", "slow": "slow"}.get(row["outcome"], f"**{row['outcome']}**")
 
 
