@@ -83,3 +83,40 @@ def test_estimate_for_coral_is_one_line_error(run_cli, streaming):
 def test_the_same_model_still_estimates_on_a_device_with_a_cpu(run_cli, streaming):
     result = run_cli("estimate", streaming, "--device", "pixel-npu")
     assert result.exit_code == 0, result.stderr
+
+
+def _while_int8_tflite() -> bytes:
+    """y = relu(relu(relu(x @ w) @ w) @ w) written as a tf.while_loop: the converter keeps
+    the WHILE (its body quantized inside), the main graph's first op past the QUANTIZE."""
+    import tensorflow as tf
+
+    w = tf.constant(np.random.default_rng(0).normal(0, 0.5, (4, 4)), tf.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32, name="x")],
+                 autograph=False)
+    def loop(x):
+        _, y = tf.while_loop(lambda i, v: i < 3,
+                             lambda i, v: (i + 1, tf.nn.relu(tf.matmul(v, w))),
+                             (tf.constant(0), x))
+        return {"y": y}
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([loop.get_concrete_function()])
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.default_rng(1)
+    converter.representative_dataset = lambda: (
+        [rng.random((1, 4), dtype=np.float32)] for _ in range(16))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    return converter.convert()
+
+
+@pytest.mark.slow
+def test_a_model_that_is_one_while_loop_says_unroll_it():
+    graph = read_tflite(_while_int8_tflite())
+    assert "WHILE" in [op.op for op in graph.ops_in_subgraph(0)]
+    with pytest.raises(DeviceError) as raised:
+        edgetpu_assignment(graph, load_profile("coral-usb"))
+    message = str(raised.value)
+    assert "no integer kernel" not in message and "compute in float" not in message
+    assert "control flow" in message and "WHILE" in message and "unroll the loop" in message
+    assert "resource variables" not in message
