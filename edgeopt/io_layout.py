@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt.errors import ConversionError
 from edgeopt.model import ModelHandle, TensorSpec, tflite_interpreter
 from edgeopt.runtime import match_input_names, match_outputs, signature_output_keys
 
@@ -59,6 +60,17 @@ def io_layout(handle: ModelHandle, artifact: bytes, fmt: str,
         return {"inputs": [_row(s, None, None) for s in handle.inputs],
                 "outputs": [_row(s, None, None) for s in handle.outputs],
                 "changed": False, "note": TRANSPOSE_NOTE}
+    try:
+        return _tflite_layout(handle, artifact, input_perms, output_perms)
+    except ConversionError as exc:  # the figures are measured; say what cannot be paired
+        return {"inputs": [], "outputs": [], "changed": None,
+                "note": f"the artifact's inputs/outputs could not be paired with the "
+                        f"source's: {exc}"}
+
+
+def _tflite_layout(handle: ModelHandle, artifact: bytes,
+                   input_perms: dict[str, tuple[int, ...]],
+                   output_perms: tuple[tuple[int, ...] | None, ...]) -> dict[str, Any]:
     interpreter = tflite_interpreter(artifact, unprepared_ok=True)
     ins, outs = interpreter.get_input_details(), interpreter.get_output_details()
     for detail, key in zip(ins, _signature_input_keys(interpreter, ins)):

@@ -225,6 +225,7 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     if request.require_full_integer:
         require_full_integer(result.float_ops or [], result.scheme)
     result = with_validation_source(result, calib, evaluation)
+    layout = io_layout(handle, result.model, result.format, *moves)
     write_file_atomic(output, result.model)
     if request.report:
         write_file_atomic(request.report, report_page(result))
@@ -235,7 +236,7 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     if handle.adaptation is not None:  # the .onnx rewritten first (converters.onnx_adapt)
         source = {**source, "file": request.model, "onnx_rewrite": handle.adaptation}
     record = {"output": str(output), "source": source, **result.to_json(),
-              "layout": io_layout(handle, result.model, result.format, *moves)}
+              "layout": layout}
     if qat is not None:
         record["qat"] = qat
     return record
