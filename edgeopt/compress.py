@@ -448,8 +448,8 @@ def _cost_warnings(validation: dict | None, distilled: bool = False) -> list[str
            "prune less (a smaller --prune) or fine-tune with --distill where the model "
            "allows it")
     name, sqnr = worst
-    where = f"output {name!r} " if len((validation or {}).get("outputs") or ()) > 1 else ""
-    return [f"the compressed model follows the source at {sqnr:.1f} dB output SQNR on "
+    where = f"on output {name!r} " if len((validation or {}).get("outputs") or ()) > 1 else ""
+    return [f"the compressed model follows the source at {sqnr:.1f} dB output SQNR "
             f"{where}(below {LOSSY_SQNR_DB:.0f} dB) on {validation['samples']} samples: "
             f"compression cost much; {fix}"]
 
