@@ -25,6 +25,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from edgeopt.delegates.checks import CONTROL_FLOW_OPS
 from edgeopt.delegates.engine import place
 from edgeopt.devices.assignment import UnitAssignment, assign_units
 from edgeopt.devices.costing import estimate_assigned
@@ -35,6 +36,10 @@ from edgeopt.errors import DeviceError
 from edgeopt.graph import Graph
 
 BOUNDARY_OPS = ("QUANTIZE", "DEQUANTIZE")
+# Ops that keep a model's state between invokes; with the control-flow ops they compute
+# nothing themselves (neither float nor int8) and the Edge TPU compiler maps none of them.
+VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
+UNMAPPED_KINDS = CONTROL_FLOW_OPS | VARIABLE_OPS
 AFTER_FIRST = "More than one subgraph is not supported (comes after the first unmapped op)"
 
 
@@ -50,6 +55,7 @@ def edgetpu_assignment(graph: Graph, profile: DeviceProfile, placement: Any = No
                        model: Any = None) -> UnitAssignment:
     """The compiler's mapping: int8 check, then the delegates' rules or the fallback list."""
     require_int8(graph, profile)
+    require_mappable_start(graph, profile)
     if placement is None:
         placement = _delegates_placement(graph, model)
     if placement is None:
@@ -66,6 +72,7 @@ def runs_float_ops(profile: DeviceProfile) -> bool:
 def require_int8(graph: Graph, profile: DeviceProfile) -> None:
     """A DeviceError naming the first float ops unless the model is fully int8."""
     float_ops = [op for op in graph.ops_in_subgraph(0) if op.op not in BOUNDARY_OPS
+                 and op.op not in UNMAPPED_KINDS  # no arithmetic: CALL_ONCE has no tensor
                  and compute_dtype(graph, op).startswith("float")]
     if not float_ops:
         return
@@ -80,6 +87,45 @@ def require_int8(graph: Graph, profile: DeviceProfile) -> None:
     raise DeviceError(
         f"{profile.name} runs fully int8-quantized models only: {len(float_ops)} op(s) "
         f"compute in float ({first}); {advice}")
+
+
+def require_mappable_start(graph: Graph, profile: DeviceProfile) -> None:
+    """A DeviceError with the true reason when a control-flow or resource-variable op comes
+    before every op the Edge TPU could run: the compiler maps the main graph only up to the
+    first op it cannot run, so nothing would run on the TPU (a streaming model's CALL_ONCE
+    is op #0). Such an op later in the graph leaves the ops before it mapped."""
+    main = [op for op in graph.ops_in_subgraph(0) if op.op not in BOUNDARY_OPS]
+    if not main or main[0].op not in UNMAPPED_KINDS:
+        return
+    raise DeviceError(unmapped_start_message(graph, profile, main[0]))
+
+
+def unmapped_start_message(graph: Graph, profile: DeviceProfile, first: Any) -> str:
+    """Why a model that starts with control flow or state cannot use the Edge TPU, and what
+    to do, in the words of the ops it holds."""
+    counts = Counter(op.op for op in graph.ops if op.op in UNMAPPED_KINDS)
+    held = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
+    why, fixes = [], []
+    if counts.keys() & (VARIABLE_OPS | {"CALL_ONCE"}):
+        init = first.options.get("init_subgraph_index") if first.op == "CALL_ONCE" else None
+        why.append("it keeps state between invokes in resource variables (a streaming "
+                   "model: VAR_HANDLE names a variable, READ_VARIABLE and ASSIGN_VARIABLE "
+                   "read and write it" + (f", CALL_ONCE runs subgraph {init} once to "
+                                          "initialise it" if init is not None else "") + ")")
+        fixes.append("export it stateless, each variable's state an extra model input and "
+                     "output that the app carries from one invoke to the next (the "
+                     "non-streaming export)")
+    if counts.keys() & {"WHILE", "IF", "CALL", "STABLEHLO_WHILE", "STABLEHLO_CASE"}:
+        why.append("its control flow (WHILE, IF, CALL) runs other subgraphs from the "
+                   "interpreter")
+        fixes.append("unroll the loop (a fixed trip count) or fold the branch (a known "
+                     "condition) when exporting")
+    return (f"{profile.name} cannot run this model: {'; '.join(why)} ({held}). The Edge TPU "
+            "compiler maps no control-flow or resource-variable op and maps the main graph "
+            f"only up to the first op it cannot run: here #{first.index} {first.op}, before "
+            "every layer, so no op would run on the Edge TPU; "
+            f"{' and '.join(fixes)}, then quantize it to full integer; or build for a device "
+            "that runs these ops on its CPU (pixel-npu, host-cpu)")
 
 
 def _delegates_placement(graph: Graph, model: Any):

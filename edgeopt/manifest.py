@@ -269,6 +269,9 @@ class Conversion:
     batch_fixed_to_1: bool | None = None
     input_layout_changes: dict[str, list[int]] | None = _opt(
         description="input name -> the transpose from the source layout (NCHW -> NHWC)")
+    output_layout_changes: dict[str, list[int]] | None = _opt(
+        description="output name -> the transpose from the source's layout to the artifact's "
+                    "(np.argsort of it moves an artifact output back)")
     parity: Parity | None = None
     note: str | None = None
     torch_export: TorchExport | None = None

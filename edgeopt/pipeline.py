@@ -54,6 +54,7 @@ from edgeopt.float_islands import (
     require_full_integer,
 )
 from edgeopt.images import NCHW_TO_NHWC
+from edgeopt.io_layout import output_layout_changes
 from edgeopt.manifest import SCHEMA_VERSION
 from edgeopt.model import ModelHandle, TensorSpec, load_keras, load_model, with_input_shapes
 from edgeopt.qat_step import QatSettings, after_ptq, check_request
@@ -140,7 +141,8 @@ def _tflite_artifact(handle, config, scheme, profile, calib, evaluation, referen
 
     conversion = {"converter": conv.converter, "float_tflite_bytes": len(conv.tflite),
                   "batch_fixed_to_1": bool(conv.tf_source and conv.tf_source.batch_fixed),
-                  "input_layout_changes": {k: list(v) for k, v in conv.input_perms.items()}}
+                  "input_layout_changes": {k: list(v) for k, v in conv.input_perms.items()},
+                  "output_layout_changes": output_layout_changes(handle, conv.output_perms)}
     if conv.tf_source is not None:
         count = min(config.parity_samples, evaluation.count)
         float_out = run_dataset(runner_for(conv.tflite), evaluation.take(np.arange(count)).arrays)
@@ -259,7 +261,8 @@ def _onnx_source(handle, config, calib, evaluation, reference, workdir, keras_mo
     conversion = {"converter": conv.converter, "float_tflite_bytes": conv.float_tflite_bytes,
                   "batch_fixed_to_1": conv.batch_fixed,
                   # the ONNX graph takes and gives the source's layout (tflite_onnx checks)
-                  "input_layout_changes": {}, "parity": parity.to_json(),
+                  "input_layout_changes": {}, "output_layout_changes": {},
+                  "parity": parity.to_json(),
                   "note": "; ".join([f"ONNX target: the {handle.format} model converted to "
                                      "float ONNX through its float .tflite, parity checked "
                                      "against the source in "

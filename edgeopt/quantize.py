@@ -36,6 +36,7 @@ from edgeopt.converters.onnx_pin import held_inputs
 from edgeopt.data import DataSpec, load_data, permuted, shapes_from_data
 from edgeopt.errors import ConfigError
 from edgeopt.float_islands import FULL_INTEGER_SCHEMES, require_full_integer
+from edgeopt.io_layout import io_layout, layout_lines
 from edgeopt.model import load_model, tflite_interpreter, with_input_shapes
 from edgeopt.qat_step import QatSettings, after_ptq, check_request, qat_summary
 from edgeopt.runtime import OnnxRunner, TFLiteRunner, fits_declared, run_dataset
@@ -150,8 +151,9 @@ def _data(handle, request: QuantizeRequest):
     return load_data(spec, handle.inputs)
 
 
-def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple]]:
-    """The float .tflite and the permutations from the source layout to its layout."""
+def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple], tuple]:
+    """The float .tflite, the permutations from the source layout to its inputs' layout
+    and those from its outputs' layout back to the source's."""
     if handle.format == "tflite":
         content = handle.tflite_bytes()
         given = given_scheme(read_tflite(content))
@@ -159,10 +161,10 @@ def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple
             raise ConfigError(f"the .tflite is already quantized ({given}: integer weights and "
                               "activations); `edgeopt quantize` needs the float model "
                               f"(`edgeopt build --scheme {given}` ships this one as given)")
-        return content, {}
+        return content, {}, tuple(None for _ in handle.outputs)
     samples = {k: v[:8] for k, v in calib.arrays.items()}
     conversion = to_float_tflite(handle, workdir, samples)
-    return conversion.tflite, dict(conversion.input_perms)
+    return conversion.tflite, dict(conversion.input_perms), conversion.output_perms
 
 
 def _keyed(arrays: dict, float_tflite: bytes) -> dict:
@@ -207,9 +209,10 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
                                evaluation.labels, progress)
         float_model, eval_arrays, arrays = handle.path.read_bytes(), evaluation.arrays, \
             calib.arrays
+        moves: tuple = ({}, ())
     else:
-        result, float_model, eval_arrays, arrays = _to_tflite(handle, calib, evaluation,
-                                                              config, progress)
+        result, float_model, eval_arrays, arrays, moves = _to_tflite(
+            handle, calib, evaluation, config, progress)
     with tempfile.TemporaryDirectory(prefix="edgeopt-qat-") as tmp:
         result, qat = after_ptq(result, config, qat_settings, handle=handle, keras_model=None,
                                 runtime_format=result.format, float_model=float_model,
@@ -224,6 +227,7 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
     if request.require_full_integer:
         require_full_integer(result.float_ops or [], result.scheme)
     result = with_validation_source(result, calib, evaluation)
+    layout = io_layout(handle, result.model, result.format, *moves)
     write_file_atomic(output, result.model)
     if request.report:
         write_file_atomic(request.report, report_page(result))
@@ -233,7 +237,8 @@ def quantize_file(request: QuantizeRequest, progress: Progress | None = None) ->
         source["prepared"] = list(handle.preparation)
     if handle.adaptation is not None:  # the .onnx rewritten first (converters.onnx_adapt)
         source = {**source, "file": request.model, "onnx_rewrite": handle.adaptation}
-    record = {"output": str(output), "source": source, **result.to_json()}
+    record = {"output": str(output), "source": source, **result.to_json(),
+              "layout": layout}
     if qat is not None:
         record["qat"] = qat
     return record
@@ -297,17 +302,18 @@ def _with_data_warnings(result: QuantResult, calib, evaluation) -> QuantResult:
 
 def _to_tflite(handle, calib, evaluation, config: QuantConfig, progress):
     """Convert to a float .tflite when needed, move the data to its layout, quantize:
-    (result, the float .tflite, the evaluation and calibration arrays in its layout)."""
+    (result, the float .tflite, the evaluation and calibration arrays in its layout, the
+    layout moves: input permutations and output permutations)."""
     if progress:
         progress("converting to a float .tflite")
     with tempfile.TemporaryDirectory(prefix="edgeopt-quantize-") as tmp:
-        float_tflite, perms = _tflite_inputs(handle, Path(tmp), calib)
+        float_tflite, perms, output_perms = _tflite_inputs(handle, Path(tmp), calib)
     arrays = _keyed(permuted(calib.arrays, perms), float_tflite)
     eval_arrays = _keyed(permuted(evaluation.arrays, perms), float_tflite) if evaluation \
         else None
     labels = evaluation.labels if evaluation else None
     result = quantize_tflite(float_tflite, arrays, config, eval_arrays, labels, progress)
-    return result, float_tflite, eval_arrays, arrays
+    return result, float_tflite, eval_arrays, arrays, (perms, output_perms)
 
 
 def report_page(result: QuantResult) -> str:
@@ -339,6 +345,7 @@ def summary(record: dict) -> str:
         lines.append(f"worst layer {worst[0]['layer']} ({worst[0]['precision']}): "
                      f"SQNR {_fmt(worst[0]['sqnr_db'])} dB")
     lines += [f"qat       {line}" for line in qat_summary(record.get("qat"))]
+    lines += [f"layout    {line}" for line in layout_lines(record.get("layout"))]
     lines += [f"prepared  {n}" for n in (record.get("source") or {}).get("prepared", [])]
     lines += [f"warning   {w}" for w in record.get("warnings", [])]
     return "\n".join(lines)

@@ -248,3 +248,53 @@ def test_a_fully_convolutional_keras_model_prunes_at_the_given_input_size(run_cl
     record = _json(run_cli("compress", model_path, "--prune", "0.3", "--data", data,
                            "--input-shape", "image:1,24,24,3", "-o", out, "--json"))
     assert record["macs"]["after"] < record["macs"]["before"] and out.exists()
+
+
+def test_every_output_is_compared_with_the_source_by_name(run_cli, tmp_path):
+    """MTCNN's P-Net (a score map and a box map) pruned 30% printed 0.0 dB / agreement 0 from
+    its first output alone: each output is now compared, by name, and the worst is warned."""
+    import keras
+
+    from edgeopt.model import load_keras
+    from edgeopt.validate import sqnr_db
+
+    keras.utils.set_random_seed(1)
+    inp = keras.Input((None, None, 3), name="image")
+    x = keras.layers.PReLU(shared_axes=[1, 2])(keras.layers.Conv2D(16, 3, name="c1")(inp))
+    x = keras.layers.PReLU(shared_axes=[1, 2])(keras.layers.Conv2D(16, 3, name="c2")(x))
+    score = keras.layers.Softmax(name="score")(keras.layers.Conv2D(2, 1, name="s")(x))
+    box = keras.layers.Conv2D(4, 1, name="box")(x)
+    model_path, data = tmp_path / "pnet.keras", tmp_path / "x.npz"
+    keras.Model(inp, [box, score]).save(model_path)
+    images = np.random.default_rng(0).random((16, 24, 24, 3), dtype=np.float32)
+    np.savez(data, image=images)
+    out = tmp_path / "small.keras"
+    result = run_cli("compress", model_path, "--prune", "0.5", "--data", data,
+                     "--input-shape", "image:1,24,24,3", "-o", out, "--json")
+    record = _json(result)
+    rows = {row["name"]: row for row in record["validation"]["outputs"]}
+    assert sorted(rows) == ["box", "score"]
+    source, pruned = load_keras(model_path), load_keras(out)
+    for name, want, got in zip(["box", "score"], source(images), pruned(images)):
+        assert rows[name]["sqnr_db"] == pytest.approx(sqnr_db(np.asarray(want),
+                                                              np.asarray(got)), abs=0.05)
+    worst = min(rows.values(), key=lambda row: row["sqnr_db"])
+    lossy = [w for w in record["warnings"] if "compression cost much" in w]
+    assert bool(lossy) == (worst["sqnr_db"] < 15)
+    assert all(f"output '{worst['name']}'" in w for w in lossy)
+
+
+def test_the_summary_prints_each_output_and_no_zero_agreement_for_a_box_map():
+    from edgeopt.compress import CompressResult, render_summary
+
+    record = {"output": {"size_bytes": 2048}, "source": {"size_bytes": 4096},
+              "pattern": "structured", "macs": {"before": 10, "after": 5},
+              "parameters": {"before": 8, "after": 4}, "layers": [], "warnings": [],
+              "validation": {"samples": 16, "top1_agreement": None, "sqnr_db": 6.6,
+                             "metric": "sqnr_db", "outputs": [
+                                 {"name": "box", "sqnr_db": 0.1, "cosine": 0.42},
+                                 {"name": "score", "sqnr_db": 13.3, "cosine": 0.97,
+                                  "top1_agreement": 0.96}]}}
+    text = render_summary(CompressResult("small.keras", record))
+    assert "top-1 agreement 0.000" not in text and "pooled output SQNR 6.6 dB" in text
+    assert "box" in text and "SQNR 0.1 dB" in text and "top-1 agreement 0.960" in text
