@@ -32,7 +32,7 @@ from pathlib import Path
 from _common import RESULTS_DIR, edgeopt_command, git_state, machine_info, package_versions
 from real_models import RESULT as REAL_RESULT
 from real_models import TASKS
-from zoo import ZOO, Entry, _input_shapes, _timed, failure_class
+from zoo import ZOO, Entry, _input_shapes, _timed, failure_class, input_value_flags
 
 RESULT = RESULTS_DIR / "rewrites_zoo.json"
 DEVICES = ("snapdragon-npu", "pixel-gpu", "ethos-u55-256")
@@ -53,7 +53,8 @@ def _order(entries: list[Entry]) -> list[Entry]:
 
 
 def _command(e: Entry, device: str, calib: Path, out: Path, off: bool) -> list[str]:
-    flags = _input_shapes(e, calib)
+    # the pinned inputs too (silero_vad's sample rate): without them the build refuses
+    flags = _input_shapes(e, calib) + input_value_flags(e)
     task = ["--task", TASKS[e.task]] if e.task in TASKS else []
     return ["build", str(e.path()), "--device", device, "--calib", str(calib), *flags, *task,
             *(["--no-rewrite"] if off else []), "-o", str(out), "--json"]
