@@ -183,7 +183,24 @@ def table(record: dict) -> str:
                          f"{b['partitions']} → {a['partitions']} | {row['sqnr_before_db']} → "
                          f"{row['sqnr_after_db']} | {kept_cell} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _cost(record))
+
+
+def _cost(record: dict) -> list[str]:
+    """The step's build-time cost: each build with a rewrite record against its
+    `--no-rewrite` build (--check-off), run one after the other on the same machine."""
+    pairs = [(device, name, row["wall_s"], row["no_rewrite_build"]["wall_s"], row["kept"])
+             for device, rows in record.get("devices", {}).items()
+             for name, row in sorted(rows.items())
+             if (row.get("no_rewrite_build") or {}).get("outcome") == "ok"]
+    if not pairs:
+        return []
+    lines = ["| device | model | rewrite kept | build s, step on | `--no-rewrite` s | "
+             "extra |", "|---|---|---|---|---|---|"]
+    for device, name, on, off, kept in pairs:
+        lines.append(f"| {device} | {name} | {'yes' if kept else 'no'} | {on:.0f} | "
+                     f"{off:.0f} | {on / off - 1:+.0%} |")
+    return [*lines, ""]
 
 
 def _stop_time(text: str | None) -> float | None:
