@@ -157,9 +157,37 @@ def _cell(row: dict) -> str:
             f"{','.join(row['tried']) or '-'} kept={row['kept']}")
 
 
+def _db(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"  # None: no SQNR (identical, or no values)
+
+
+def summary(record: dict) -> list[str]:
+    """One line per device: builds, ops on the delegate and partitions summed over the
+    models built, before → after, rewrites kept, and the worst-SQNR change where kept."""
+    lines = ["| device | models run | builds ok | step tried / kept | ops on delegate before → "
+             "after | partitions before → after | worst SQNR change where kept, dB |",
+             "|---|---|---|---|---|---|---|"]
+    for device, rows in record.get("devices", {}).items():
+        built = [r for r in rows.values() if r.get("outcome") == "ok"]
+        ops = sum(r["before"]["ops"] for r in built)
+        before = sum(r["before"]["delegated_ops"] for r in built)
+        after = sum(r["after"]["delegated_ops"] for r in built)
+        after_ops = sum(r["after"]["ops"] for r in built)
+        parts = [sum(r[k]["partitions"] or 0 for r in built) for k in ("before", "after")]
+        kept = [r for r in built if r.get("kept")]
+        changes = [r["sqnr_after_db"] - r["sqnr_before_db"] for r in kept
+                   if r["sqnr_after_db"] is not None and r["sqnr_before_db"] is not None]
+        change = (f"{min(changes):+.2f} to {max(changes):+.2f}" if changes else "—")
+        lines.append(f"| {device} | {len(rows)} | {len(built)} | "
+                     f"{sum(1 for r in built if r['tried'])} / {len(kept)} | "
+                     f"{before}/{ops} ({before / max(ops, 1):.1%}) → {after}/{after_ops} "
+                     f"({after / max(after_ops, 1):.1%}) | {parts[0]} → {parts[1]} | {change} |")
+    return [*lines, ""]
+
+
 def table(record: dict) -> str:
     """Per device: share of ops on the delegate, partitions and worst SQNR, before → after."""
-    lines = []
+    lines = summary(record)
     for device, rows in record.get("devices", {}).items():
         built = {n: r for n, r in rows.items() if r.get("outcome") == "ok"}
         tried = {n: r for n, r in built.items() if r["tried"]}
@@ -180,8 +208,8 @@ def table(record: dict) -> str:
             kept_cell = ("—" if row["kept"] is None else
                          "yes" if row["kept"] else f"no: {row['reason']}")
             lines.append(f"| {name} | {', '.join(row['tried']) or '—'} | {share} | "
-                         f"{b['partitions']} → {a['partitions']} | {row['sqnr_before_db']} → "
-                         f"{row['sqnr_after_db']} | {kept_cell} |")
+                         f"{b['partitions']} → {a['partitions']} | {_db(row['sqnr_before_db'])} → "
+                         f"{_db(row['sqnr_after_db'])} | {kept_cell} |")
         lines.append("")
     return "\n".join(lines + _cost(record))
 
