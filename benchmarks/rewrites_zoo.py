@@ -112,8 +112,10 @@ def _build(e: Entry, device: str, calib: Path, out: Path, limit: int, off: bool)
 
 def _source() -> dict:
     """Which edgeopt the builds imported (a snapshot on PYTHONPATH, or this checkout)."""
+    # from "/": `python -c` puts the working directory first on sys.path, and from a
+    # checkout that finds the checkout's edgeopt, not the snapshot the builds import
     proc = subprocess.run(["python", "-c", "import edgeopt; print(edgeopt.__file__)"],
-                          capture_output=True, text=True, env=os.environ)
+                          capture_output=True, text=True, env=os.environ, cwd="/")
     path = proc.stdout.strip()
     commit = Path(path).parent.parent.parent / "src" / "COMMIT" if path else None
     return {"edgeopt_module": path, "pythonpath": os.environ.get("PYTHONPATH"),
