@@ -32,7 +32,7 @@ from pathlib import Path
 from _common import RESULTS_DIR, edgeopt_command, git_state, machine_info, package_versions
 from real_models import RESULT as REAL_RESULT
 from real_models import TASKS
-from zoo import ZOO, Entry, _input_shapes, _timed, failure_class
+from zoo import ZOO, Entry, _input_shapes, _timed, failure_class, input_value_flags
 
 RESULT = RESULTS_DIR / "rewrites_zoo.json"
 DEVICES = ("snapdragon-npu", "pixel-gpu", "ethos-u55-256")
@@ -53,7 +53,8 @@ def _order(entries: list[Entry]) -> list[Entry]:
 
 
 def _command(e: Entry, device: str, calib: Path, out: Path, off: bool) -> list[str]:
-    flags = _input_shapes(e, calib)
+    # the pinned inputs too (silero_vad's sample rate): without them the build refuses
+    flags = _input_shapes(e, calib) + input_value_flags(e)
     task = ["--task", TASKS[e.task]] if e.task in TASKS else []
     return ["build", str(e.path()), "--device", device, "--calib", str(calib), *flags, *task,
             *(["--no-rewrite"] if off else []), "-o", str(out), "--json"]
@@ -111,8 +112,10 @@ def _build(e: Entry, device: str, calib: Path, out: Path, limit: int, off: bool)
 
 def _source() -> dict:
     """Which edgeopt the builds imported (a snapshot on PYTHONPATH, or this checkout)."""
+    # from "/": `python -c` puts the working directory first on sys.path, and from a
+    # checkout that finds the checkout's edgeopt, not the snapshot the builds import
     proc = subprocess.run(["python", "-c", "import edgeopt; print(edgeopt.__file__)"],
-                          capture_output=True, text=True, env=os.environ)
+                          capture_output=True, text=True, env=os.environ, cwd="/")
     path = proc.stdout.strip()
     commit = Path(path).parent.parent.parent / "src" / "COMMIT" if path else None
     return {"edgeopt_module": path, "pythonpath": os.environ.get("PYTHONPATH"),
@@ -156,9 +159,37 @@ def _cell(row: dict) -> str:
             f"{','.join(row['tried']) or '-'} kept={row['kept']}")
 
 
+def _db(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"  # None: no SQNR (identical, or no values)
+
+
+def summary(record: dict) -> list[str]:
+    """One line per device: builds, ops on the delegate and partitions summed over the
+    models built, before → after, rewrites kept, and the worst-SQNR change where kept."""
+    lines = ["| device | models run | builds ok | step tried / kept | ops on delegate before → "
+             "after | partitions before → after | worst SQNR change where kept, dB |",
+             "|---|---|---|---|---|---|---|"]
+    for device, rows in record.get("devices", {}).items():
+        built = [r for r in rows.values() if r.get("outcome") == "ok"]
+        ops = sum(r["before"]["ops"] for r in built)
+        before = sum(r["before"]["delegated_ops"] for r in built)
+        after = sum(r["after"]["delegated_ops"] for r in built)
+        after_ops = sum(r["after"]["ops"] for r in built)
+        parts = [sum(r[k]["partitions"] or 0 for r in built) for k in ("before", "after")]
+        kept = [r for r in built if r.get("kept")]
+        changes = [r["sqnr_after_db"] - r["sqnr_before_db"] for r in kept
+                   if r["sqnr_after_db"] is not None and r["sqnr_before_db"] is not None]
+        change = (f"{min(changes):+.2f} to {max(changes):+.2f}" if changes else "—")
+        lines.append(f"| {device} | {len(rows)} | {len(built)} | "
+                     f"{sum(1 for r in built if r['tried'])} / {len(kept)} | "
+                     f"{before}/{ops} ({before / max(ops, 1):.1%}) → {after}/{after_ops} "
+                     f"({after / max(after_ops, 1):.1%}) | {parts[0]} → {parts[1]} | {change} |")
+    return [*lines, ""]
+
+
 def table(record: dict) -> str:
     """Per device: share of ops on the delegate, partitions and worst SQNR, before → after."""
-    lines = []
+    lines = summary(record)
     for device, rows in record.get("devices", {}).items():
         built = {n: r for n, r in rows.items() if r.get("outcome") == "ok"}
         tried = {n: r for n, r in built.items() if r["tried"]}
@@ -179,10 +210,27 @@ def table(record: dict) -> str:
             kept_cell = ("—" if row["kept"] is None else
                          "yes" if row["kept"] else f"no: {row['reason']}")
             lines.append(f"| {name} | {', '.join(row['tried']) or '—'} | {share} | "
-                         f"{b['partitions']} → {a['partitions']} | {row['sqnr_before_db']} → "
-                         f"{row['sqnr_after_db']} | {kept_cell} |")
+                         f"{b['partitions']} → {a['partitions']} | {_db(row['sqnr_before_db'])} → "
+                         f"{_db(row['sqnr_after_db'])} | {kept_cell} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _cost(record))
+
+
+def _cost(record: dict) -> list[str]:
+    """The step's build-time cost: each build with a rewrite record against its
+    `--no-rewrite` build (--check-off), run one after the other on the same machine."""
+    pairs = [(device, name, row["wall_s"], row["no_rewrite_build"]["wall_s"], row["kept"])
+             for device, rows in record.get("devices", {}).items()
+             for name, row in sorted(rows.items())
+             if (row.get("no_rewrite_build") or {}).get("outcome") == "ok"]
+    if not pairs:
+        return []
+    lines = ["| device | model | rewrite kept | build s, step on | `--no-rewrite` s | "
+             "extra |", "|---|---|---|---|---|---|"]
+    for device, name, on, off, kept in pairs:
+        lines.append(f"| {device} | {name} | {'yes' if kept else 'no'} | {on:.0f} | "
+                     f"{off:.0f} | {on / off - 1:+.0%} |")
+    return [*lines, ""]
 
 
 def _stop_time(text: str | None) -> float | None:

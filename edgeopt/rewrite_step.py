@@ -24,6 +24,7 @@ import numpy as np
 
 from edgeopt import rewrites
 from edgeopt.delegates import place_for_device
+from edgeopt.delegates.ethosu import VELA_RULE
 from edgeopt.errors import EdgeoptError
 from edgeopt.validate import Validation
 
@@ -32,6 +33,8 @@ FLOAT_RTOL = 1e-3
 # Without a budget, the rewritten artifact may lose at most this much worst-output SQNR
 # (a rewrite adds requantization points; a drop beyond rounding noise is not kept).
 REWRITE_TOLERANCE_DB = 1.0
+# Vela's reason for an op type it has no kernel for: the catalogue's "op_in_table" case.
+VELA_NO_KERNEL = "Unsupported opType"
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def improve(artifact, profile, float_outputs: Callable[[bytes], list],
         return None
     original = finish(artifact)
     placement = place_for_device(original.content, profile)
-    names = rewrites.wanted((op.op, op.rule) for op in placement.fallbacks())
+    names = rewrites.wanted((op.op, _rule(op)) for op in placement.fallbacks())
     if not names:
         return Attempt(None, original, placement)
     before = delegation(placement)
@@ -102,6 +105,15 @@ def improve(artifact, profile, float_outputs: Callable[[bytes], list],
     if verdict:
         return Attempt(record, original, placement, validation)
     return Attempt(record, candidate, new_placement, new_validation)
+
+
+def _rule(op) -> str | None:
+    """The fallback's rule as the catalogue reads it: every Ethos-U fallback has Vela's
+    rule, and one for an op type Vela has no kernel for (SQUARE, DIV on the U55) is the
+    missing kernel a decomposition answers."""
+    if op.rule == VELA_RULE and VELA_NO_KERNEL in op.reason:
+        return "op_in_table"
+    return op.rule
 
 
 def _checked_rewrites(model: bytes, names: list[str], float_outputs) -> tuple[list[str], list]:

@@ -293,3 +293,24 @@ def test_a_rewrite_that_does_not_raise_delegation_is_not_kept(run_cli, tmp_path)
     assert not record["kept"] and "delegation did not rise" in record["reason"]
     ops = set(_ops((tmp_path / "out" / "gelu.tflite").read_bytes()))
     assert "HARD_SWISH" in ops  # the artifact is the unrewritten build
+
+
+def test_an_op_vela_has_no_kernel_for_is_rewritten_for_ethos_u(run_cli, tmp_path):
+    """Every Ethos-U fallback carries Vela's rule; an op type Vela lacks (SQUARE on the U55)
+    is the missing kernel the catalogue's decomposition answers (the step did not ask)."""
+    import tensorflow as tf
+
+    content = _tflite(lambda x: tf.nn.relu(tf.square(x) * 0.5 - 0.1), (1, 8, 8, 3))
+    assert "SQUARE" in _ops(content)
+    (tmp_path / "square.tflite").write_bytes(content)
+    np.savez(tmp_path / "calib.npz", np.random.default_rng(0).random((24, 8, 8, 3), np.float32))
+    result = run_cli("build", tmp_path / "square.tflite", "--device", "ethos-u55-256",
+                     "--calib", tmp_path / "calib.npz", "-o", tmp_path / "out", "--json")
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    record = manifest["rewrites"]
+    assert record["tried"] == ["arithmetic"] and record["kept"], record
+    assert record["before"]["share"] < record["after"]["share"]
+    assert manifest["placement"]["cpu_ops"] < record["before"]["ops"] - \
+        record["before"]["delegated_ops"]
+    assert "SQUARE" not in _ops((tmp_path / "out" / "square.tflite").read_bytes())
