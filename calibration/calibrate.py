@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import time
 from dataclasses import dataclass
@@ -61,14 +62,22 @@ def release_freed_memory() -> None:
     them. ``malloc_trim`` returns them; it changes no result.
     """
     gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None (musl, macOS, Windows: nothing to trim). Looked
+    up once: ``find_library`` runs ``ldconfig``."""
     name = ctypes.util.find_library("c")
     if not name:
-        return
+        return None
     try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
-        return
-    trim(0)
+        return ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def estimate_ranges(observers: ObserverSet, method: str,
