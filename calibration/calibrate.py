@@ -10,6 +10,10 @@ batch plus bounded state, whatever the number of samples.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+import gc
 import time
 from dataclasses import dataclass
 
@@ -33,6 +37,7 @@ def run_calibration(fmt: QuantFormat, calib: dict[str, np.ndarray], hessian_laye
                     batch_size: int = 8, seed: int = 0) -> CalibrationStats:
     """Stream the float model's activations into observers and layer statistics."""
     start = time.perf_counter()
+    release_freed_memory()  # what the float conversion freed, before the largest stage
     graph = fmt.graph
     observers = ObserverSet()
     layers = LayerStatsCollector(graph, hessian_layers, seed=seed)
@@ -43,7 +48,36 @@ def run_calibration(fmt: QuantFormat, calib: dict[str, np.ndarray], hessian_laye
         observers.update({k: v for k, v in batch.items() if k in activations})
         layers.update(batch)
         count += len(next(iter(batch.values())))
+        del batch  # else it stays alive while the next batch is read (twice the memory)
+    release_freed_memory()  # the batches' activations, before the candidates are written
     return CalibrationStats(observers, layers, count, time.perf_counter() - start)
+
+
+def release_freed_memory() -> None:
+    """Hand memory that Python and the libraries freed back to the system.
+
+    glibc keeps freed blocks of a few megabytes in its heap (its mmap threshold grows as
+    large arrays are freed), so a detector's activation batches, once dropped, still
+    counted in the process's resident memory and every later stage stacked on top of
+    them. ``malloc_trim`` returns them; it changes no result.
+    """
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None (musl, macOS, Windows: nothing to trim). Looked
+    up once: ``find_library`` runs ``ldconfig``."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        return ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def estimate_ranges(observers: ObserverSet, method: str,

@@ -55,6 +55,7 @@ def compare_activations(fmt: QuantFormat, model: bytes, data: dict, tensors: lis
         for name in tensors:
             if name in ref and name in cand:
                 agreements[name].update(ref[name], cand[name])
+        del ref, cand  # else both stay alive while the next batches are read
     return agreements
 
 

@@ -164,10 +164,8 @@ class TFLiteCapture:
             for detail in wanted:
                 pending[detail["name"]].append(self._read(detail))
             if (i + 1) % batch_size == 0 or i + 1 == count:
-                # a scalar activation (rank 0) is one value per sample
-                yield {name: np.concatenate([np.atleast_1d(v) for v in values])
-                       for name, values in pending.items()}
-                pending = {name: [] for name in pending}
+                yield _batch(pending)  # empties pending
+                pending = {d["name"]: [] for d in wanted}
 
     def _invoke(self, feeds: dict[int, np.ndarray]) -> None:
         try:
@@ -198,6 +196,19 @@ class TFLiteCapture:
             if len(scales) == 1:
                 return (value.astype(np.float32) - zero_points[0]) * scales[0]
         return value.astype(np.float32, copy=True)
+
+
+def _batch(pending: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    """Each tensor's samples joined into one batch (a scalar activation, rank 0, is one
+    value per sample). Each tensor's samples are dropped as soon as they are joined: a
+    detector's activations for a batch of 8 are gigabytes, and holding the samples and
+    the batch at once doubled the build's peak memory."""
+    batch = {}
+    for name in list(pending):
+        values = pending.pop(name)
+        batch[name] = np.concatenate([np.atleast_1d(v) for v in values])
+        values.clear()
+    return batch
 
 
 def _plain(name: str) -> str:

@@ -30,10 +30,15 @@ class PruneConfig:
     ``recalibrate_bn``: when sample inputs are given, re-estimate BatchNormalization
     statistics of the rebuilt model on them (see ``batchnorm``); False keeps the pruned
     model exactly the original with the removed channels' contributions zeroed.
+    ``scan_macs``: the sensitivity scan (one forward pass per group and scan ratio) keeps
+    within about this many MACs: past it, it runs on fewer samples, then at fewer ratios
+    (``scan_extent``); the sensitivity and uniform plans are still compared on every
+    sample.
     """
 
     allocation: str = "sensitivity"
     scan_ratios: tuple[float, ...] = (0.25, 0.5, 0.75)
+    scan_macs: float = 1.5e11
     max_group_ratio: float = 0.9
     step: float = 0.05
     tolerance: float = 0.03
@@ -117,14 +122,50 @@ def _unreachable(planner: Planner, counts: list[int]) -> PruneError:
                       "MACs are in prunable channels")
 
 
+def scan_extent(planner: Planner, available: int) -> tuple[int, tuple[float, ...]]:
+    """(samples, scan ratios) of the scan: every sample and ratio unless its passes (one
+    per group and ratio) would exceed ``config.scan_macs``; then the first samples only,
+    down to one, and past that fewer ratios, down to the middle one.
+
+    On a 320x320 text detector (PP-OCRv4, 34 groups, 0.56 GMAC) one pass over 16 samples
+    took about 5 s on a loaded host, the scan's 102 passes over 8 minutes; a 416x416 YOLOX
+    (66 groups, 3.2 GMAC) needs 12 times that. The scan only ranks the groups; the plan it
+    yields is still compared with the uniform plan on every sample.
+    """
+    ratios = tuple(planner.config.scan_ratios)
+    model_macs = max(planner.cost([0] * len(planner.orders)), 1) * max(len(planner.orders), 1)
+    samples = int(min(available, planner.config.scan_macs // (model_macs * len(ratios))))
+    if samples >= 1:
+        return samples, ratios
+    keep = int(max(1, planner.config.scan_macs // model_macs))
+    if keep >= len(ratios):
+        return 1, ratios
+    if keep == 1:
+        return 1, (ratios[len(ratios) // 2],)
+    picks = np.round(np.linspace(0, len(ratios) - 1, keep)).astype(int)
+    return 1, tuple(ratios[i] for i in picks)
+
+
+def _first(inputs: Any, count: int) -> Any:
+    if count >= len(inputs[0] if isinstance(inputs, list | tuple) else inputs):
+        return inputs
+    if isinstance(inputs, list | tuple):
+        return [np.asarray(a)[:count] for a in inputs]
+    return np.asarray(inputs)[:count]
+
+
 def sensitivity_scan(planner: Planner, sample_inputs: Any) -> list[Callable[[int], float]]:
-    """Per group, output change as a function of channels removed (prune each group alone)."""
+    """Per group, output change as a function of channels removed (prune each group alone),
+    on the samples and at the ratios of ``scan_extent``."""
     model = planner.cg.model
+    first = sample_inputs[0] if isinstance(sample_inputs, list | tuple) else sample_inputs
+    count, ratios = scan_extent(planner, len(first))
+    sample_inputs = _first(sample_inputs, count)
     reference = _flat_outputs(model, sample_inputs)
     curves = []
     for g, order in enumerate(planner.orders):
         xs, ys = [0.0], [0.0]
-        for ratio in planner.config.scan_ratios:
+        for ratio in ratios:
             counts = [0] * len(planner.orders)
             counts[g] = max(1, min(planner.limits[g], round(ratio * len(order))))
             xs.append(counts[g])
@@ -239,6 +280,8 @@ def check_config(config: PruneConfig) -> None:
     if not isinstance(config.channel_multiple, int) or config.channel_multiple < 1:
         raise ConfigError(f"channel multiple must be a whole number >= 1, got "
                           f"{config.channel_multiple!r}")
+    if not isinstance(config.scan_macs, int | float) or config.scan_macs <= 0:
+        raise ConfigError(f"scan MAC budget must be a number > 0, got {config.scan_macs!r}")
     if not 0 < config.max_group_ratio < 1:
         raise ConfigError(f"max group ratio must be between 0 and 1, got "
                           f"{config.max_group_ratio!r}")

@@ -120,3 +120,28 @@ def test_a_litert_prepare_failure_names_the_layer_it_blamed(model):
     rejected = fmt._rejected(model, error)
     assert rejected.tensor == read_graph(model).layers[1].output
     assert "LiteRT rejected" in str(rejected)
+
+
+def test_capture_stream_batches_hold_every_tensor_sample_by_sample(model, data):
+    """The stream joins each tensor's samples into batches (and drops them as it goes):
+    every batch, the last short one too, holds every wanted tensor, each sample's values
+    those of that sample run alone."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgeopt.calibration.tflite_backend import TFLiteCapture
+
+    images = data[0]["image"][:11]
+    graph = read_graph(model)
+    wanted = set(graph.activations)
+    batches = list(TFLiteCapture(model).stream({"image": images}, wanted, batch_size=4))
+    assert [len(next(iter(b.values()))) for b in batches] == [4, 4, 3]
+    assert all(set(b) == wanted for b in batches)
+    alone = Interpreter(model_content=model, experimental_preserve_all_tensors=True)
+    alone.allocate_tensors()
+    details = {d["name"]: d["index"] for d in alone.get_tensor_details()}
+    index = alone.get_input_details()[0]["index"]
+    for i, image in enumerate(images):
+        alone.set_tensor(index, image[None])
+        alone.invoke()
+        for name in wanted:
+            assert np.array_equal(batches[i // 4][name][i % 4], alone.get_tensor(details[name])[0])

@@ -172,6 +172,35 @@ def test_sensitivity_allocation_beats_or_matches_uniform():
     assert errors["sensitivity"] <= errors["uniform"] + 1e-6
 
 
+def test_sensitivity_scan_keeps_within_its_mac_budget():
+    """Over `scan_macs` the scan runs on the first samples only, then at fewer ratios,
+    exactly as if only those samples and ratios had been given; within it, on all."""
+    from edgeopt.compression.criteria import get_criterion
+    from edgeopt.compression.groups import build_channel_graph
+    from edgeopt.compression.plan import PruneConfig, scan_extent, sensitivity_scan
+    from edgeopt.compression.prune import _planner
+
+    x = samples(8)
+    cg = build_channel_graph(build("residual"))
+    planner = _planner(cg, get_criterion("l1", None), x, PruneConfig())
+    pass_macs = planner.cost([0] * len(planner.orders)) * len(planner.orders)
+    assert scan_extent(planner, 8) == (8, (0.25, 0.5, 0.75))
+    counts = [0, 1, 3, 5, len(planner.orders[0]) - 1]
+    cases = (((3 * 3 * pass_macs), 3, (0.25, 0.5, 0.75)), (2 * pass_macs, 1, (0.25, 0.75)),
+             (1.0, 1, (0.5,)))
+    for budget, count, ratios in cases:
+        planner.config = PruneConfig(scan_macs=budget)
+        assert scan_extent(planner, 8) == (count, ratios)
+        bounded = sensitivity_scan(planner, x)
+        planner.config = PruneConfig(scan_ratios=ratios)
+        alone = sensitivity_scan(planner, x[:count])
+        assert [[c(n) for n in counts] for c in bounded] == \
+            [[c(n) for n in counts] for c in alone]
+    planner.config = PruneConfig()
+    assert [c(2) for c in sensitivity_scan(planner, x)] != \
+        [c(2) for c in sensitivity_scan(planner, x[:1])]
+
+
 def test_recipe_and_sequential_model():
     from edgeopt.compression import prune_structured
 
@@ -246,7 +275,8 @@ def test_channel_multiple_keeps_whole_tiles(allocation):
     assert recipe.per_layer["expand"] == (32, 24)
 
 
-@pytest.mark.parametrize("knob", [{"channel_multiple": 0}, {"max_group_ratio": 1.0}])
+@pytest.mark.parametrize("knob", [{"channel_multiple": 0}, {"max_group_ratio": 1.0},
+                                  {"scan_macs": 0}])
 def test_bad_prune_config(knob):
     from edgeopt.compression import PruneConfig, prune_structured
     from edgeopt.errors import ConfigError
