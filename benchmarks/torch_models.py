@@ -118,9 +118,11 @@ def against_torch(pt2: Path, bundle: Path, name: str) -> dict:
                   for i in range(len(refs[0]))]
     pooled = _sqnr(np.concatenate([np.concatenate([a.ravel() for a in r]) for r in refs]),
                    np.concatenate([np.concatenate([a.ravel() for a in g]) for g in gots]))
+    top1 = [float(np.mean([np.argmax(r[i]) == np.argmax(g[i]) for r, g in zip(refs, gots)]))
+            for i in range(len(refs[0])) if refs[0][i].ndim == 2 and refs[0][i].shape[1] > 1]
     return {"torch_sqnr_db": round(pooled, 2), "torch_outputs_db": [round(v, 2) for v in
                                                                       per_output],
-            "torch_samples": len(inputs)}
+            "torch_top1": [round(v, 3) for v in top1], "torch_samples": len(inputs)}
 
 
 def _pt2_shape(pt2: Path) -> tuple[int, ...]:
