@@ -12,7 +12,8 @@ has a built stand-in (python -m edgeopt.devices.standins --build --fitted):
   out cross validation, every row estimated by a fit that never saw its family; with the
   number of values each method fits and values per row;
 * interval coverage, nested (`intervals.nested_intervals`): held-out family F's interval
-  is the conformal p10/p90 of the other families' residuals, each from a fit that saw
+  is the family-level conformal p10/p90 (`intervals.family_bounds`: each family one unit)
+  of the other families' residuals, each from a fit that saw
   neither F nor that row's family, so F's rows shape neither F's estimate nor its
   interval (for the kept method: one fit per pair of families); per method also the
   one-level check (the other families' ordinary CV residuals, whose fits saw F) and the
