@@ -110,11 +110,12 @@ def lofo_predictions(families: Sequence[str], fit_predict: FitPredict,
     return predicted
 
 
-def nested_intervals(measured: Sequence[float], families: Sequence[str],
-                     fit_predict: FitPredict) -> dict[str, tuple[float, float]]:
-    """Per family F, the family-level conformal bounds (`family_bounds`) of the other
-    families' rows, each predicted by a fit on neither F nor its own family (one fit per
-    pair of families)."""
+Rule = Callable[[np.ndarray, np.ndarray], tuple[float, float]]
+
+
+def pair_predictions(families: Sequence[str], fit_predict: FitPredict
+                     ) -> dict[frozenset, dict[int, float]]:
+    """Per pair of families, the predictions of their rows by a fit on neither."""
     fam = np.asarray(families)
     names = list(np.unique(fam))
     pairs: dict[frozenset, dict[int, float]] = {}
@@ -123,14 +124,26 @@ def nested_intervals(measured: Sequence[float], families: Sequence[str],
             rows = np.flatnonzero((fam == a) | (fam == b))
             train = np.flatnonzero((fam != a) & (fam != b))
             pairs[frozenset((a, b))] = dict(zip(rows.tolist(), fit_predict(train, rows)))
+    return pairs
+
+
+def nested_intervals(measured: Sequence[float], families: Sequence[str],
+                     fit_predict: FitPredict, rule: Rule = family_bounds,
+                     pairs: dict[frozenset, dict[int, float]] | None = None
+                     ) -> dict[str, tuple[float, float]]:
+    """Per family F, the bounds (``rule``: `family_bounds`) of the other families' rows'
+    log-residuals, each row predicted by a fit on neither F nor its own family (one fit
+    per pair of families; ``pairs`` reuses `pair_predictions` made before)."""
+    fam = np.asarray(families)
+    pairs = pair_predictions(fam, fit_predict) if pairs is None else pairs
     y = np.asarray(measured, float)
     bounds = {}
-    for f in names:
+    for f in np.unique(fam):
         others = np.flatnonzero(fam != f)
         if len(others) < 2:
             continue
         inner = np.array([pairs[frozenset((f, fam[i]))][i] for i in others])
-        bounds[str(f)] = family_bounds(np.log(y[others] / inner), fam[others])
+        bounds[str(f)] = rule(np.log(y[others] / inner), fam[others])
     return bounds
 
 

@@ -89,6 +89,12 @@ def test_a_familys_nested_bounds_come_from_fits_that_never_saw_it():
     # one fit per pair of families, trained on neither
     assert len(seen) == 6
     assert all(not (train & rows) and len(rows) == 2 for train, rows in seen)
+    # the pair fits made once serve any rule, with no fit more
+    pairs = intervals.pair_predictions(families, fit_predict)
+    seen.clear()
+    rows = nested_intervals(np.ones(len(families)), families, fit_predict, pairs=pairs,
+                            rule=lambda r, _: conformal_bounds(r))
+    assert not seen and set(rows) == set(bounds)
 
 
 def _synthetic_corpus(rng, families=10, rows=4, features=6):
