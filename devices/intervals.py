@@ -13,9 +13,10 @@ of the K drawn residuals (Vovk et al.'s finite-sample rank, with K families as t
 size), and average each bound over every possible draw (computed exactly, not sampled).
 What it means: for a new family that relates to the fitted ones as they relate to each
 other, its latency falls below the interval with probability at most about 10% and above
-it at most about 10% (inside >= 80%). With fewer than 9 families the ranks fall outside
-the draw and clamp to its extremes: each bound is then the expected lowest (highest)
-residual of one row per family, a wider interval that says so by its width. It is not a
+it at most about 10% (inside >= 80%). With fewer than 19 families the ranks are the
+draw's extremes (below 9 they fall outside it and are clamped there): each bound is then
+the expected lowest (highest) residual of one row per family, a conservative interval,
+wider than 80% needs. It is not a
 promise for an architecture unlike every family fitted. With one row per family it is the
 row-level split-conformal rank of `conformal_bounds`.
 
