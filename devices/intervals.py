@@ -13,10 +13,11 @@ of the K drawn residuals (Vovk et al.'s finite-sample rank, with K families as t
 size), and average each bound over every possible draw (computed exactly, not sampled).
 What it means: for a new family that relates to the fitted ones as they relate to each
 other, its latency falls below the interval with probability at most about 10% and above
-it at most about 10% (inside >= 80%). With fewer than 19 families the ranks are the
-draw's extremes (below 9 they fall outside it and are clamped there): each bound is then
-the expected lowest (highest) residual of one row per family, a conservative interval,
-wider than 80% needs. It is not a
+it at most about 10% (inside >= 80%). From 9 to 18 families the ranks are the draw's
+extremes: each bound is the expected lowest (highest) residual of one row per family, a
+conservative interval, wider than 80% needs. Below 9 families no rank exists (the
+finite-sample bound is infinite) and the interval is the residuals' whole range, as
+conservative as the data allows and still not a guarantee. It is not a
 promise for an architecture unlike every family fitted. With one row per family it is the
 row-level split-conformal rank of `conformal_bounds`.
 
@@ -64,16 +65,19 @@ def conformal_bounds(residuals: Sequence[float], low: float = LOW, high: float =
 def family_bounds(residuals: Sequence[float], families: Sequence[str], low: float = LOW,
                   high: float = HIGH) -> tuple[float, float]:
     """(lower, upper) split-conformal bounds with families as the unit: the expected
-    floor((K+1) low)-th and ceil((K+1) high)-th of K residuals drawn one per family
-    (ranks clamped to 1..K), over every draw."""
+    floor((K+1) low)-th and ceil((K+1) high)-th of K residuals drawn one per family,
+    over every draw (a rank outside 1..K: the residuals' extreme)."""
     r, fam = np.asarray(residuals, float), np.asarray(families)
     if not len(r):
         raise ValueError("no residuals to make an interval from")
     groups = [np.sort(r[fam == f]) for f in np.unique(fam)]
     k = len(groups)
-    lower = min(max(math.floor((k + 1) * low), 1), k)
-    upper = max(min(math.ceil((k + 1) * high), k), 1)
-    return _expected_order_statistic(groups, lower), _expected_order_statistic(groups, upper)
+    lower, upper = math.floor((k + 1) * low), math.ceil((k + 1) * high)
+    # too few families for a rank (fewer than 9 at p10/p90): the conformal bound is
+    # infinite; the residuals' range is the widest finite one (the expected extreme of
+    # k < 9 draws would sit inside the nominal quantile: k = 2 covers about 2/3 a side)
+    return (_expected_order_statistic(groups, lower) if lower >= 1 else float(r.min()),
+            _expected_order_statistic(groups, upper) if upper <= k else float(r.max()))
 
 
 def _expected_order_statistic(groups: Sequence[np.ndarray], rank: int) -> float:

@@ -59,6 +59,14 @@ def test_family_bounds_are_the_expected_ranks_of_one_row_drawn_per_family():
         pytest.approx((np.sort(many)[3], np.sort(many)[36]))
 
 
+def test_below_nine_families_the_bounds_are_the_residuals_range():
+    # four families of two rows: the expected highest of four draws (0.45) would sit
+    # inside the p90 the data cannot support; the range is the bound
+    r = [0.0, 0.4, 0.1, 0.5, -0.2, 0.2, -0.3, 0.3]
+    fam = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    assert family_bounds(r, fam) == pytest.approx((-0.3, 0.5))
+
+
 def test_a_family_with_many_rows_does_not_outvote_the_others():
     # family "big" errs by +0.5 in 30 rows; six families of one or two rows err -0.1..0.3
     small = {"a": [-0.1], "b": [0.0, 0.05], "c": [0.1], "d": [0.15, 0.2], "e": [0.25],
@@ -68,7 +76,7 @@ def test_a_family_with_many_rows_does_not_outvote_the_others():
     with_big = family_bounds(r + [0.5] * 30, fam + ["big"] * 30)
     # one row of the same family weighs the same as thirty
     assert with_big == pytest.approx(family_bounds(r + [0.5], fam + ["big"]))
-    # seven families, ranks clamped: the lowest and highest family ("a" at -0.1 always)
+    # seven families, too few for a rank: the residuals' range
     assert with_big == pytest.approx((-0.1, 0.5))
     # row-level ranks let the thirty rows pull the lower bound up, past families a and b
     assert conformal_bounds(r + [0.5] * 30)[0] == pytest.approx(0.05)
@@ -154,6 +162,5 @@ def test_a_fitted_profile_stores_the_conformal_bounds_of_its_held_out_residuals(
     expected = family_bounds(residuals, result.families)
     assert (result.chosen.cv_log_residual_p10, result.chosen.cv_log_residual_p90) == \
         pytest.approx(expected)
-    # three families: fewer than the ranks need, so the expected lowest and highest
-    # residual of one row drawn per family, inside the residuals' range
-    assert residuals.min() <= expected[0] < expected[1] <= residuals.max()
+    # three families: fewer than a rank needs, so the residuals' whole range
+    assert expected == pytest.approx((residuals.min(), residuals.max()))
