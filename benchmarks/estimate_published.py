@@ -12,7 +12,8 @@ has a built stand-in (python -m edgeopt.devices.standins --build --fitted):
   out cross validation, every row estimated by a fit that never saw its family; with the
   number of values each method fits and values per row;
 * interval coverage, nested (`intervals.nested_intervals`): held-out family F's interval
-  is the conformal p10/p90 of the other families' residuals, each from a fit that saw
+  is the family-level conformal p10/p90 (`intervals.family_bounds`: each family one unit)
+  of the other families' residuals, each from a fit that saw
   neither F nor that row's family, so F's rows shape neither F's estimate nor its
   interval (for the kept method: one fit per pair of families); per method also the
   one-level check (the other families' ordinary CV residuals, whose fits saw F) and the
@@ -88,7 +89,11 @@ def nested_coverage(result: ProfileFit, method: str) -> dict:
     predicted = np.array(_chosen_cv(result))
     fit_predict = (fit_predictor(samples, result.prior, method) if method != "prior"
                    else lambda train, rows: np.array(result.prior_predicted_s)[rows])
-    bounds = intervals.nested_intervals(measured, families, fit_predict)
+    pairs = intervals.pair_predictions(families, fit_predict)
+    bounds = intervals.nested_intervals(measured, families, fit_predict, pairs=pairs)
+    # the row-level ranks on the same pair fits (the rule before the family-level one)
+    by_row = intervals.nested_intervals(measured, families, fit_predict, pairs=pairs,
+                                        rule=lambda r, _: intervals.conformal_bounds(r))
     per_family = {f: {"rows": int((families == f).sum()),
                       "log_bounds": [round(b, 4) for b in bounds[f]],
                       "coverage": round(intervals.coverage(
@@ -96,7 +101,18 @@ def nested_coverage(result: ProfileFit, method: str) -> dict:
                           families[families == f], bounds), 4)}
                   for f in bounds}
     return {"coverage": round(intervals.coverage(measured, predicted, families, bounds), 4),
+            "mean_width_factor": _mean_width(bounds, families),
+            "row_level_coverage": round(intervals.coverage(measured, predicted, families,
+                                                           by_row), 4),
+            "row_level_mean_width_factor": _mean_width(by_row, families),
             "families": per_family}
+
+
+def _mean_width(bounds: dict, families: np.ndarray) -> float | None:
+    """exp of the mean log width (high - low) over the rows that have bounds: the
+    interval's typical high/low ratio."""
+    widths = [bounds[f][1] - bounds[f][0] for f in families if f in bounds]
+    return round(float(np.exp(np.mean(widths))), 3) if widths else None
 
 
 def summarise(result: ProfileFit) -> dict:

@@ -17,8 +17,9 @@ error is kept (the prior figures themselves when none beats them, marked "valida
 Cross validation: for each model family, fit on the other families' rows and predict the
 held-out family's rows. The profile stores its fit, the rows, the families, the CV median
 |error| and the p10/p90 of the CV log-residuals (fitted.py), from which estimates get
-their interval: the split-conformal p10/p90 of those held-out residuals (intervals.py
-says what the interval means; `fit_predictor` lets the benchmark check it nested).
+their interval: the split-conformal p10/p90 of those held-out residuals, each model
+family one unit (intervals.py says what the interval means; `fit_predictor` lets the
+benchmark check it nested).
 
     >>> results = fit_corpus(load_corpus(), ["coral-usb"])            # doctest: +SKIP
     >>> results[0].chosen.cv_median_abs_error                         # doctest: +SKIP
@@ -42,7 +43,7 @@ from edgeopt.devices.costing import estimate_assigned
 from edgeopt.devices.estimator import resolve_assignment
 from edgeopt.devices.fit import FitConfig, Sample, fit_profile
 from edgeopt.devices.fitted import FIT_METHODS, FitBasis, apply_values, parse_fit, scale_times
-from edgeopt.devices.intervals import FitPredict, conformal_bounds, lofo_predictions
+from edgeopt.devices.intervals import FitPredict, family_bounds, lofo_predictions
 from edgeopt.devices.kernel_fit import fit_kernel, free_value_count, with_kernel_fit
 from edgeopt.devices.nnls import nnls
 from edgeopt.devices.profile import DeviceProfile, _profile_files, parse_profile
@@ -282,7 +283,7 @@ def _basis(name: str, samples: Sequence[RowSample], best: MethodResult) -> FitBa
     residuals = log_residuals(measured, best.cv_predicted_s)
     families = tuple(sorted({s.row.model_family for s in samples}))
     devices = tuple(sorted({s.row.device for s in samples}))
-    p10, p90 = conformal_bounds(residuals)
+    p10, p90 = family_bounds(residuals, [s.row.model_family for s in samples])
     rows_of = PROFILE_ROWS[name].describes if name in PROFILE_ROWS else name
     source = (f"fitted by `edgeopt devices fit` ({best.method}) to {len(samples)} published "
               f"rows of {rows_of} (devices/measurements), leave-one-family-out CV")

@@ -1,17 +1,25 @@
-"""The interval an estimate carries: split-conformal bounds on held-out log-residuals.
+"""The interval an estimate carries: split-conformal bounds on held-out log-residuals, with
+the model family as the exchangeable unit.
 
 A fitted profile's estimate L comes with ``interval_ms`` = [L x exp(low), L x exp(high)].
-``low`` and ``high`` are finite-sample conformal quantiles of the profile's residuals
-r = log(measured / estimated), one per corpus row, each from a fit that never saw that
-row's model family (leave-one-family-out, LOFO): of the n sorted residuals, ``low`` is
-the floor((n + 1) x 0.1)-th and ``high`` the ceil((n + 1) x 0.9)-th (split conformal's
-rank, Vovk et al.; Lei et al. 2018). What it means: for a model whose family relates to
-the fitted families as they relate to each other, the published latency falls below the
-interval with probability at most 10% and above it at most 10% (so inside >= 80%), as
-far as rows are exchangeable: a family's rows err together, and the same guarantee per new
-family would need at least 9 families, which no profile has yet. It is not a promise for
-an architecture unlike every family fitted, and with fewer than 9 rows the ranks fall
-outside the residuals: the interval is then their range, and says less.
+``low`` and ``high`` come from the profile's residuals r = log(measured / estimated), one
+per corpus row, each from a fit that never saw that row's model family (leave-one-family-
+out, LOFO). Rows of one family err together (the same network at two runtimes, at fp16 and
+int8), so rows are not exchangeable and a family with 30 rows must not outvote one with 2;
+families are. `family_bounds` is split conformal over families by subsampling (Dunn,
+Wasserman & Ramdas 2022, "Distribution-free prediction sets for two-layer hierarchical
+models"): draw one row per family, take ranks floor((K + 1) x 0.1) and ceil((K + 1) x 0.9)
+of the K drawn residuals (Vovk et al.'s finite-sample rank, with K families as the sample
+size), and average each bound over every possible draw (computed exactly, not sampled).
+What it means: for a new family that relates to the fitted ones as they relate to each
+other, its latency falls below the interval with probability at most about 10% and above
+it at most about 10% (inside >= 80%). From 9 to 18 families the ranks are the draw's
+extremes: each bound is the expected lowest (highest) residual of one row per family, a
+conservative interval, wider than 80% needs. Below 9 families no rank exists (the
+finite-sample bound is infinite) and the interval is the residuals' whole range, as
+conservative as the data allows and still not a guarantee. It is not a
+promise for an architecture unlike every family fitted. With one row per family it is the
+row-level split-conformal rank of `conformal_bounds`.
 
 Why LOFO residuals: residuals of rows the fit saw (or saw the family of) are narrower
 than a new family's, and an interval made of them under-covers. Why log space: a
@@ -25,6 +33,8 @@ family F comes from residuals of the other families, each computed by a fit with
 
     >>> conformal_bounds([-0.3, -0.1, 0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5])  # doctest: +SKIP
     (-0.3, 0.5)
+    >>> family_bounds([-0.2, 0.1, 0.4, 0.3], ["a", "a", "b", "c"])         # doctest: +SKIP
+    (-0.05, 0.4)
 """
 
 from __future__ import annotations
@@ -52,6 +62,44 @@ def conformal_bounds(residuals: Sequence[float], low: float = LOW, high: float =
     return float(r[lower - 1]), float(r[upper - 1])
 
 
+def family_bounds(residuals: Sequence[float], families: Sequence[str], low: float = LOW,
+                  high: float = HIGH) -> tuple[float, float]:
+    """(lower, upper) split-conformal bounds with families as the unit: the expected
+    floor((K+1) low)-th and ceil((K+1) high)-th of K residuals drawn one per family,
+    over every draw (a rank outside 1..K: the residuals' extreme)."""
+    r, fam = np.asarray(residuals, float), np.asarray(families)
+    if not len(r):
+        raise ValueError("no residuals to make an interval from")
+    groups = [np.sort(r[fam == f]) for f in np.unique(fam)]
+    k = len(groups)
+    lower, upper = math.floor((k + 1) * low), math.ceil((k + 1) * high)
+    # too few families for a rank (fewer than 9 at p10/p90): the conformal bound is
+    # infinite; the residuals' range is the widest finite one (the expected extreme of
+    # k < 9 draws would sit inside the nominal quantile: k = 2 covers about 2/3 a side)
+    return (_expected_order_statistic(groups, lower) if lower >= 1 else float(r.min()),
+            _expected_order_statistic(groups, upper) if upper <= k else float(r.max()))
+
+
+def _expected_order_statistic(groups: Sequence[np.ndarray], rank: int) -> float:
+    """E[the rank-th smallest of one uniform draw from each group], exactly: at each value
+    v, P(rank-th <= v) = P(at least rank draws <= v), a Poisson-binomial tail."""
+    values = np.unique(np.concatenate(groups))
+    below = np.array([[np.searchsorted(g, v, side="right") / len(g) for g in groups]
+                      for v in values])
+    at_most = np.array([_at_least(p, rank) for p in below])
+    return float(np.dot(values, np.diff(at_most, prepend=0.0)))
+
+
+def _at_least(p: np.ndarray, count: int) -> float:
+    """P(at least ``count`` of independent events with probabilities ``p``)."""
+    dist = np.zeros(len(p) + 1)
+    dist[0] = 1.0
+    for q in p:
+        dist[1:] = dist[1:] * (1 - q) + dist[:-1] * q
+        dist[0] *= 1 - q
+    return float(dist[count:].sum())
+
+
 def lofo_predictions(families: Sequence[str], fit_predict: FitPredict,
                      without: str | None = None) -> np.ndarray:
     """Per row, its prediction by a fit on the rows of the other families (and never on
@@ -67,10 +115,12 @@ def lofo_predictions(families: Sequence[str], fit_predict: FitPredict,
     return predicted
 
 
-def nested_intervals(measured: Sequence[float], families: Sequence[str],
-                     fit_predict: FitPredict) -> dict[str, tuple[float, float]]:
-    """Per family F, the conformal log-residual bounds of the other families' rows, each
-    predicted by a fit on neither F nor its own family (one fit per pair of families)."""
+Rule = Callable[[np.ndarray, np.ndarray], tuple[float, float]]
+
+
+def pair_predictions(families: Sequence[str], fit_predict: FitPredict
+                     ) -> dict[frozenset, dict[int, float]]:
+    """Per pair of families, the predictions of their rows by a fit on neither."""
     fam = np.asarray(families)
     names = list(np.unique(fam))
     pairs: dict[frozenset, dict[int, float]] = {}
@@ -79,14 +129,26 @@ def nested_intervals(measured: Sequence[float], families: Sequence[str],
             rows = np.flatnonzero((fam == a) | (fam == b))
             train = np.flatnonzero((fam != a) & (fam != b))
             pairs[frozenset((a, b))] = dict(zip(rows.tolist(), fit_predict(train, rows)))
+    return pairs
+
+
+def nested_intervals(measured: Sequence[float], families: Sequence[str],
+                     fit_predict: FitPredict, rule: Rule = family_bounds,
+                     pairs: dict[frozenset, dict[int, float]] | None = None
+                     ) -> dict[str, tuple[float, float]]:
+    """Per family F, the bounds (``rule``: `family_bounds`) of the other families' rows'
+    log-residuals, each row predicted by a fit on neither F nor its own family (one fit
+    per pair of families; ``pairs`` reuses `pair_predictions` made before)."""
+    fam = np.asarray(families)
+    pairs = pair_predictions(fam, fit_predict) if pairs is None else pairs
     y = np.asarray(measured, float)
     bounds = {}
-    for f in names:
+    for f in np.unique(fam):
         others = np.flatnonzero(fam != f)
         if len(others) < 2:
             continue
         inner = np.array([pairs[frozenset((f, fam[i]))][i] for i in others])
-        bounds[str(f)] = conformal_bounds(np.log(y[others] / inner))
+        bounds[str(f)] = rule(np.log(y[others] / inner), fam[others])
     return bounds
 
 
@@ -102,8 +164,9 @@ def coverage(measured: Sequence[float], predicted: Sequence[float], families: Se
 
 def one_level_intervals(residuals: Sequence[float], families: Sequence[str]
                         ) -> dict[str, tuple[float, float]]:
-    """Per family F, the conformal bounds of the other families' given residuals (cheaper
-    than `nested_intervals`, not nested: a fit that made those residuals saw F)."""
+    """Per family F, the family-level conformal bounds of the other families' given
+    residuals (cheaper than `nested_intervals`, not nested: a fit that made those
+    residuals saw F)."""
     r, fam = np.asarray(residuals, float), np.asarray(families)
-    return {str(f): conformal_bounds(r[fam != f]) for f in np.unique(fam)
+    return {str(f): family_bounds(r[fam != f], fam[fam != f]) for f in np.unique(fam)
             if (fam != f).sum() >= 2}

@@ -10,7 +10,10 @@ kernel's dispatch, not every op's. The rules, applied in execution order:
 
 * an element-wise op (``elementwise`` / ``transcendental`` kinds of op_kinds.toml) or a
   view (RESHAPE, SQUEEZE, EXPAND_DIMS) folds into the kernel that produced its input when
-  that tensor has no other reader and is not a model output, on the same unit;
+  that tensor has no other reader and is not a model output, on the same unit, and it
+  writes no more elements than that tensor has (an epilogue runs on its producer's tile: a
+  broadcast onto a larger tensor, squeeze-excitation's gate times the feature map, is a
+  pass of its own);
 * a pointwise (1x1) convolution folds into a depthwise kernel the same way (``dwsep``);
 * anything else starts a kernel of its own, typed by its op kind (`KERNEL_TYPES`).
 
@@ -116,9 +119,17 @@ def _fold_target(graph: Graph, op, cost: OpCost, unit: str, by_output: dict[int,
         target = by_output[t]
         if (target.output == t and target.unit == unit and readers.get(t, 0) == 1
                 and len(op.outputs) == 1 and _folds(cost, op.op, target)
-                and not graph.tensors[t].is_constant):
+                and not graph.tensors[t].is_constant and _epilogue(graph, op, t)):
             return target
     return None
+
+
+def _epilogue(graph: Graph, op, t: int) -> bool:
+    """Whether ``op`` can run as an epilogue on tensor ``t``'s tile: it writes no more
+    elements than ``t`` has. A broadcast that writes a larger tensor (squeeze-excitation's
+    gate times the feature map, the gate being a 1x1 conv's output) is a pass of its own
+    over the larger tensor, not part of the small kernel."""
+    return graph.tensors[op.outputs[0]].elements <= graph.tensors[t].elements
 
 
 def moved_bytes(tensor: Tensor, fp16: bool) -> float:

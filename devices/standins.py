@@ -74,6 +74,10 @@ KERAS_STANDINS: dict[str, tuple[str, float | None]] = {
     "squeezenet1_1": ("SqueezeNet11", None),
     "vit_tiny": ("ViTTiny16", None),
     "vit": ("ViTBase16", None),
+    "shufflenet_v2": ("ShuffleNetV2x05", None),
+    "regnet": ("RegNetX3_2GF", None),
+    "regnet_y_800mf": ("RegNetY800MF", None),
+    "googlenet": ("GoogLeNet", None),
 }
 for _alpha in ("0.25", "0.5", "0.75", "1.0"):
     for _size in (128, 160, 192, 224):

@@ -151,9 +151,10 @@ def test_standins_follow_the_rows_input_head_and_precision():
     rows = load_corpus()
     by = {(r.model, r.precision, r.source.split(":")[0]): r for r in rows}
     regnet = next(r for r in rows if r.model == "regnet_y_800mf" and r.precision == "int8")
-    # Keras 3 ships no RegNet constructor: no stand-in (the first map named one, and
-    # `--build --fitted` stopped at it); AI Hub's "1x3x224" still reads as 224x224
-    assert standin_for(regnet) is None
+    # Keras 3 ships no RegNet constructor: standin_nets.py defines torchvision's; AI
+    # Hub's "1x3x224" reads as 224x224
+    spec = standin_for(regnet)
+    assert (spec.builder, spec.height, spec.width) == ("RegNetY800MF", 224, 224)
     assert input_size(regnet.input_shape, "ResNet50") == (224, 224)
     small_head = next(r for r in rows if r.model == "resnet50" and "3 classes" in r.note)
     assert standin_for(small_head).classes == 3

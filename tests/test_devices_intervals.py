@@ -17,6 +17,7 @@ from edgeopt.devices import intervals
 from edgeopt.devices.corpus_fit import fit_samples, log_residuals, prior_profile
 from edgeopt.devices.intervals import (
     conformal_bounds,
+    family_bounds,
     lofo_predictions,
     nested_intervals,
 )
@@ -34,6 +35,55 @@ def test_conformal_bounds_take_the_finite_sample_ranks():
         conformal_bounds([])
 
 
+def test_family_bounds_with_one_row_per_family_are_the_row_level_ranks():
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=19)
+    assert family_bounds(values, [str(i) for i in range(19)]) == \
+        pytest.approx(conformal_bounds(values))
+
+
+def test_family_bounds_are_the_expected_ranks_of_one_row_drawn_per_family():
+    rng = np.random.default_rng(1)
+    r = rng.normal(size=40)
+    fam = rng.choice(list("abcdefghijk"), 40)           # K = 11: ranks 1 and 11
+    names = np.unique(fam)
+    k = len(names)
+    lo_rank, hi_rank = math.floor((k + 1) * 0.1), math.ceil((k + 1) * 0.9)
+    draws = np.sort([[r[rng.choice(np.flatnonzero(fam == f))] for f in names]
+                     for _ in range(20000)], axis=1)
+    expected = (draws[:, lo_rank - 1].mean(), draws[:, hi_rank - 1].mean())
+    assert family_bounds(r, fam) == pytest.approx(expected, abs=0.02)
+    # 40 families of one row: the interior ranks 4 and 37, not the extremes
+    many = rng.normal(size=40)
+    assert family_bounds(many, [str(i) for i in range(40)]) == \
+        pytest.approx((np.sort(many)[3], np.sort(many)[36]))
+
+
+def test_below_nine_families_the_bounds_are_the_residuals_range():
+    # four families of two rows: the expected highest of four draws (0.45) would sit
+    # inside the p90 the data cannot support; the range is the bound
+    r = [0.0, 0.4, 0.1, 0.5, -0.2, 0.2, -0.3, 0.3]
+    fam = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    assert family_bounds(r, fam) == pytest.approx((-0.3, 0.5))
+
+
+def test_a_family_with_many_rows_does_not_outvote_the_others():
+    # family "big" errs by +0.5 in 30 rows; six families of one or two rows err -0.1..0.3
+    small = {"a": [-0.1], "b": [0.0, 0.05], "c": [0.1], "d": [0.15, 0.2], "e": [0.25],
+             "f": [0.3]}
+    r = [v for vs in small.values() for v in vs]
+    fam = [f for f, vs in small.items() for _ in vs]
+    with_big = family_bounds(r + [0.5] * 30, fam + ["big"] * 30)
+    # one row of the same family weighs the same as thirty
+    assert with_big == pytest.approx(family_bounds(r + [0.5], fam + ["big"]))
+    # seven families, too few for a rank: the residuals' range
+    assert with_big == pytest.approx((-0.1, 0.5))
+    # row-level ranks let the thirty rows pull the lower bound up, past families a and b
+    assert conformal_bounds(r + [0.5] * 30)[0] == pytest.approx(0.05)
+    with pytest.raises(ValueError):
+        family_bounds([], [])
+
+
 def test_a_familys_nested_bounds_come_from_fits_that_never_saw_it():
     families = np.array(["a", "a", "b", "b", "c", "c", "d"])
     seen: list[tuple[set, set]] = []
@@ -47,6 +97,12 @@ def test_a_familys_nested_bounds_come_from_fits_that_never_saw_it():
     # one fit per pair of families, trained on neither
     assert len(seen) == 6
     assert all(not (train & rows) and len(rows) == 2 for train, rows in seen)
+    # the pair fits made once serve any rule, with no fit more
+    pairs = intervals.pair_predictions(families, fit_predict)
+    seen.clear()
+    rows = nested_intervals(np.ones(len(families)), families, fit_predict, pairs=pairs,
+                            rule=lambda r, _: conformal_bounds(r))
+    assert not seen and set(rows) == set(bounds)
 
 
 def _synthetic_corpus(rng, families=10, rows=4, features=6):
@@ -102,9 +158,9 @@ def test_a_fitted_profile_stores_the_conformal_bounds_of_its_held_out_residuals(
     result = fit_samples("rpi5-cpu", prior, rows, methods=("scale",))
     chosen = result.methods.get(result.chosen.method)
     cv = chosen.cv_predicted_s if chosen else result.prior_predicted_s
-    expected = conformal_bounds(log_residuals(result.measured_s, cv))
+    residuals = log_residuals(result.measured_s, cv)
+    expected = family_bounds(residuals, result.families)
     assert (result.chosen.cv_log_residual_p10, result.chosen.cv_log_residual_p90) == \
         pytest.approx(expected)
-    # six rows: fewer than the ranks need, so the held-out residuals' whole range
-    residuals = log_residuals(result.measured_s, cv)
+    # three families: fewer than a rank needs, so the residuals' whole range
     assert expected == pytest.approx((residuals.min(), residuals.max()))

@@ -80,6 +80,24 @@ def test_an_output_read_twice_is_not_folded_into(block_graph):
     assert dwsep.bytes_moved > tensor_bytes(g.tensors[g.ops[dwsep.anchor].inputs[0]])
 
 
+def _squeeze_excitation(layers, x):
+    y = layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+    gate = layers.GlobalAveragePooling2D(keepdims=True)(y)
+    gate = layers.Conv2D(8, 1, activation="sigmoid")(layers.Conv2D(2, 1, activation="relu")(gate))
+    return layers.Conv2D(4, 1)(layers.Multiply()([y, gate]))
+
+
+def test_a_broadcast_that_writes_a_larger_tensor_is_not_a_small_kernels_epilogue():
+    """Squeeze-excitation: the gate (a 1x1 conv on a 1x1 map) times the 16x16 feature map.
+    The MUL writes 256x the gate's elements: a pass of its own (an element-wise kernel),
+    not an epilogue of the gate's conv that would cost nothing."""
+    g = read_tflite(_convert(_squeeze_excitation))
+    got = [(k.kind, [g.ops[i].op for i in k.ops]) for k in _kernels(g)]
+    assert ("elementwise", ["MUL"]) in got
+    gate_conv = next(k for k in got if k[1][:2] == ["CONV_2D", "LOGISTIC"])
+    assert gate_conv == ("conv", ["CONV_2D", "LOGISTIC"])
+
+
 def test_ops_on_different_units_never_share_a_kernel(block_graph):
     g = block_graph
     units = ["cpu"] * len(g.ops)

@@ -96,7 +96,10 @@ def test_estimates_state_energy_as_a_model_with_an_interval_and_print_with_their
 @pytest.mark.parametrize("builder, params", [
     # trainable parameters of the published definitions at 1000 classes
     ("ResNet18", 11_689_512), ("ResNet34", 21_797_672), ("WideResNet50", 68_883_240),
-    ("SqueezeNet11", 1_235_496), ("ViTTiny16", 5_717_416)])
+    ("SqueezeNet11", 1_235_496), ("ViTTiny16", 5_717_416),
+    # torchvision's shufflenet_v2_x0_5, regnet_x_3_2gf, regnet_y_800mf, googlenet
+    ("ShuffleNetV2x05", 1_366_792), ("RegNetX3_2GF", 15_296_552),
+    ("RegNetY800MF", 6_432_512), ("GoogLeNet", 6_624_904)])
 def test_standin_networks_have_the_published_parameter_counts(builder, params):
     model = keras_model(StandIn("x", builder, None, 224, 224, 1000, "float"))
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
@@ -106,7 +109,9 @@ def test_standin_networks_have_the_published_parameter_counts(builder, params):
 def test_new_standins_are_read_from_the_corpus_rows():
     rows = load_corpus()
     for model, builder in (("resnet18", "ResNet18"), ("resnet34", "ResNet34"),
-                           ("vit_tiny", "ViTTiny16"), ("squeezenet1_1", "SqueezeNet11")):
+                           ("vit_tiny", "ViTTiny16"), ("squeezenet1_1", "SqueezeNet11"),
+                           ("shufflenet_v2", "ShuffleNetV2x05"), ("regnet", "RegNetX3_2GF"),
+                           ("regnet_y_800mf", "RegNetY800MF"), ("googlenet", "GoogLeNet")):
         row = next(r for r in rows if r.model == model and r.precision in ("fp16", "int8"))
         assert standin_for(row).builder == builder
 
