@@ -36,10 +36,9 @@ from edgeopt.errors import ConfigError, DataError
 from edgeopt.inputs import CAPS, read_toml
 from edgeopt.model import load_keras, load_model, with_input_shapes
 from edgeopt.runtime import make_runner, match_outputs, run_dataset
-from edgeopt.validate import compare
+from edgeopt.validate import LOSSY_SQNR_DB, compare
 
 OUTPUT_FORMATS = {".keras": "keras", ".tflite": "tflite", ".onnx": "onnx"}
-LOSSY_SQNR_DB = 15.0  # the floor under which build also says compression cost too much
 VALIDATION_SAMPLES = 2048  # compared with the source on at most this many samples
 Progress = Callable[[str], None]
 

@@ -72,7 +72,7 @@ from edgeopt.tflite_metadata import (
 from edgeopt.tflite_prepare import given_scheme
 from edgeopt.tflite_reader import read_tflite
 from edgeopt.torch_program import ProgramRunner
-from edgeopt.validate import Validation, check_collapsed, compare
+from edgeopt.validate import LOSSY_SQNR_DB, Validation, check_collapsed, compare
 
 TOOLCHAIN = ("edgeopt", "tensorflow", "ai-edge-litert", "ai-edge-quantizer", "onnx",
              "onnxruntime", "onnx2tf", "tf2onnx", "numpy")
@@ -563,7 +563,6 @@ def _float_ops_record(manifest: dict, ops: list[dict] | None, scheme: str,
         manifest["notes"].append(device_note(ops, profile.name, profile.kind))
 
 
-LOW_SQNR_DB = 15.0
 ACCURACY_DROP = 0.01
 
 
@@ -580,14 +579,14 @@ def _accuracy_notes(validation: Validation) -> list[str]:
              for line in validation.collapsed]
     notes += [f"not validated: {line}" for line in validation.unjudged]
     for out in validation.outputs:
-        if out.worst_sqnr_db < LOW_SQNR_DB and not out.collapse_lines():
+        if out.worst_sqnr_db < LOSSY_SQNR_DB and not out.collapse_lines():
             notes.append(f"output {out.name!r}: SQNR against the float model is "
-                         f"{out.worst_sqnr_db:.1f} dB (below {LOW_SQNR_DB:.0f} dB"
+                         f"{out.worst_sqnr_db:.1f} dB (below {LOSSY_SQNR_DB:.0f} dB"
                          f"{', worst channel group' if out.groups else ''}): it departs from "
                          "the float one; check it on your task before shipping")
-    if not validation.outputs and validation.sqnr_db < LOW_SQNR_DB:
+    if not validation.outputs and validation.sqnr_db < LOSSY_SQNR_DB:
         notes.append(f"output SQNR against the float model is {validation.sqnr_db:.1f} dB "
-                     f"(below {LOW_SQNR_DB:.0f} dB)")
+                     f"(below {LOSSY_SQNR_DB:.0f} dB)")
     if not validation.pooled_is_honest:
         what = (f"{len(validation.outputs)} outputs" if len(validation.outputs) > 1 else
                 "channel groups of different scales")

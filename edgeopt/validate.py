@@ -45,6 +45,7 @@ from edgeopt.task_metrics import ctc_greedy, detection_f1, step_agreement, strin
 from edgeopt.task_spec import DEFAULT_BLANK_INDEX, NO_TASK, ChannelSlice, TaskSpec
 
 COLLAPSE_SQNR_DB = 3.0   # noise above half the signal power: the output no longer follows
+LOSSY_SQNR_DB = 15.0     # below it build and compress warn that the output lost too much
 SCALE_GAP = 10.0         # channel groups whose float magnitudes differ by >= 10x
 MAX_GROUP_AXIS = 256     # only channel-like axes (not spatial or anchor axes) are split
 MAX_RUNS = 4             # a real channel layout splits into few contiguous groups

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 
-from torch_models import TwoHeads, save_program  # noqa: E402
+from torch_models import TwoHeads, heads_files, save_program  # noqa: E402
 
 import edgeopt  # noqa: E402
 from edgeopt.tflite_reader import read_tflite  # noqa: E402
@@ -23,16 +23,18 @@ MODULE_PATHS = ("features.0", "features.1.0", "classifier", "box")
 
 
 @pytest.fixture(scope="module")
-def heads_pt2(tmp_path_factory):
-    return save_program(TwoHeads(), (1, 3, 16, 16), tmp_path_factory.mktemp("pt2") / "heads.pt2")
+def heads(tmp_path_factory):
+    return heads_files(tmp_path_factory.mktemp("heads"))
 
 
 @pytest.fixture(scope="module")
-def calib(tmp_path_factory):
-    path = tmp_path_factory.mktemp("calib") / "calib.npz"
-    rng = np.random.default_rng(0)
-    np.savez(path, x=rng.standard_normal((40, 3, 16, 16)).astype(np.float32))
-    return path
+def heads_pt2(heads):
+    return heads[0]
+
+
+@pytest.fixture(scope="module")
+def calib(heads):
+    return heads[1]
 
 
 def test_api_builds_a_module_for_the_npu_validated_against_pytorch(tmp_path, calib):

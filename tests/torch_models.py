@@ -6,6 +6,7 @@ import json
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -52,6 +53,15 @@ def save_program(module: nn.Module, shape: tuple[int, ...], path: Path) -> Path:
     module.eval()
     torch.export.save(torch.export.export(module, (torch.randn(*shape),)), path)
     return path
+
+
+def heads_files(folder: Path) -> tuple[Path, Path]:
+    """TwoHeads saved as heads.pt2 and 40 calibration samples for it (calib.npz), in folder."""
+    pt2 = save_program(TwoHeads(), (1, 3, 16, 16), folder / "heads.pt2")
+    calib = folder / "calib.npz"
+    rng = np.random.default_rng(0)
+    np.savez(calib, x=rng.standard_normal((40, 3, 16, 16)).astype(np.float32))
+    return pt2, calib
 
 
 def rewrite_pt2(src: Path, dst: Path, edit=None, add: dict[str, bytes] | None = None,
