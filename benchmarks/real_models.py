@@ -65,7 +65,7 @@ def _commands(e: Entry, calib: Path, flags: list[str], out: Path) -> dict[str, l
         "onnx": build("onnx", "--format", "onnx", "--device", "host-cpu"),
         "coral": build("coral", "--device", "coral-usb"),
         "ethos": build("ethos", "--device", "ethos-u55-256"),
-        "w4a8": ["quantize", model, "--scheme", "w4a8", *data, *flags,
+        "w4a8": ["quantize", model, "--scheme", "w4a8", *data, *flags, *task,
                  "-o", str(out / "w4a8.tflite"), "--json"],
         "prune": ["compress", model, "--prune", "0.3", "--data", str(calib), *shapes,
                   "-o", str(pruned), "--json"],  # compress reads samples with --data
@@ -258,17 +258,24 @@ def rewrites_table(record: dict) -> str:
     return "\n".join(lines)
 
 
-def _compression(record: dict) -> dict:
-    """What `compress --json` measured: MACs and parameters kept, the pruned model against
-    the source (its SQNR and agreement), and its warnings."""
+def _validation(record: dict) -> dict:
+    """The artifact against its source as a `--json` record gives it: pooled and per-output
+    SQNR, cosine and agreement, the worst output, the samples, the warnings."""
     v = record.get("validation") or {}
     outputs = [{k: o.get(k) for k in ("name", "sqnr_db", "cosine", "top1_agreement")}
                for o in v.get("outputs") or ()]
     sqnrs = [o["sqnr_db"] for o in outputs if o["sqnr_db"] is not None]
-    return {"macs": record.get("macs"), "parameters": record.get("parameters"),
-            "sqnr_db": v.get("sqnr_db"), "top1_agreement": v.get("top1_agreement"),
+    return {"sqnr_db": v.get("sqnr_db"), "top1_agreement": v.get("top1_agreement"),
             "outputs": outputs, "worst_sqnr_db": min(sqnrs) if sqnrs else None,
-            "samples": v.get("samples"), "warnings": record.get("warnings", [])}
+            "samples": v.get("samples"), "task": v.get("task"),
+            "warnings": record.get("warnings", [])}
+
+
+def _compression(record: dict) -> dict:
+    """What `compress --json` measured: MACs and parameters kept, the pruned model against
+    the source (its SQNR and agreement), and its warnings."""
+    return {"macs": record.get("macs"), "parameters": record.get("parameters"),
+            **_validation(record)}
 
 
 def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit: int) -> dict:
@@ -282,6 +289,8 @@ def _step(e: Entry, step: str, command: list[str], out: Path, calib: Path, limit
     printed = row.pop("stdout_json", None) or {}
     if step == "prune" and row["outcome"] == "ok":
         row["compression"] = _compression(printed)
+    elif step == "w4a8" and row["outcome"] == "ok":
+        row["validation"] = _validation(printed)
     if row["outcome"] != "ok" or target is None:
         return row
     if target.is_dir():
@@ -346,11 +355,13 @@ def _cell(row: dict | None) -> str:
         runtime = row.get("runtime", "ok")
         if runtime != "ok":
             return "**refused by runtime**"
-        compression = row.get("compression") or {}
-        sqnr = compression.get("worst_sqnr_db", compression.get("sqnr_db"))
-        worst = "worst output " if len(compression.get("outputs") or ()) > 1 else ""
+        figures = row.get("compression") or row.get("validation") or {}
+        sqnr = figures.get("worst_sqnr_db", figures.get("sqnr_db"))
+        worst = "worst output " if len(figures.get("outputs") or ()) > 1 else ""
+        warned = sqnr is not None and sqnr < 15 if "compression" in row else \
+            bool(figures.get("warnings"))
         return "ok" if sqnr is None else \
-            f"ok ({worst}{sqnr:.1f} dB{', warned' if sqnr < 15 else ''})"
+            f"ok ({worst}{sqnr:.1f} dB{', warned' if warned else ''})"
     return {"error": "error", "slow": "slow"}.get(row["outcome"], f"**{row['outcome']}**")
 
 
