@@ -42,6 +42,7 @@ def test_family_bounds_with_one_row_per_family_are_the_row_level_ranks():
         pytest.approx(conformal_bounds(values))
 
 
+@pytest.mark.slow  # 6 s of exact draws
 def test_family_bounds_are_the_expected_ranks_of_one_row_drawn_per_family():
     rng = np.random.default_rng(1)
     r = rng.normal(size=40)

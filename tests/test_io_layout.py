@@ -11,6 +11,8 @@ import pytest
 
 from edgeopt.quantize import summary
 
+pytestmark = pytest.mark.slow  # ~12 s: a quantize and a build of a tiny ONNX model (class 5)
+
 
 def _conv1d_onnx(path, channels: int = 4, width: int = 16, filters: int = 8):
     """A Conv1D net over [N, C, W], as PyTorch writes it: Conv, Relu."""

@@ -21,6 +21,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
+import pytest
+
 from conftest import SAMPLES
 from edgeopt.bundle import STAGING_MARK, remove_stale_staging, verify_bundle
 
@@ -89,6 +91,7 @@ def _build_in_process(out: Path) -> None:
                       calib=str(SAMPLES / "digits_calib.npz"), output=str(out)))
 
 
+@pytest.mark.slow  # 34 s; test_bundle kills a real build in the default suite
 def test_sigkill_at_random_points_never_breaks_the_bundle(tmp_path, sample_bundles):
     out, env = tmp_path / "site" / "dist", _env(tmp_path)
     out.parent.mkdir()

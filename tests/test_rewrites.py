@@ -295,6 +295,7 @@ def test_a_rewrite_that_does_not_raise_delegation_is_not_kept(run_cli, tmp_path)
     assert "HARD_SWISH" in ops  # the artifact is the unrewritten build
 
 
+@pytest.mark.slow  # 6 s: a Vela build
 def test_an_op_vela_has_no_kernel_for_is_rewritten_for_ethos_u(run_cli, tmp_path):
     """Every Ethos-U fallback carries Vela's rule; an op type Vela lacks (SQUARE on the U55)
     is the missing kernel the catalogue's decomposition answers (the step did not ask)."""
