@@ -18,7 +18,12 @@ import numpy as np
 
 from edgeopt.errors import ConversionError
 from edgeopt.model import ModelHandle, TensorSpec, tflite_interpreter
-from edgeopt.runtime import match_input_names, match_outputs, signature_output_keys
+from edgeopt.runtime import (
+    match_input_names,
+    match_outputs,
+    signature_keys,
+    signature_output_keys,
+)
 
 TRANSPOSE_NOTE = ("transpose: np.transpose(source_layout_array, transpose) is the array in "
                   "the artifact's layout (null: the same layout)")
@@ -33,17 +38,6 @@ def _row(spec: TensorSpec, detail: dict | None, perm) -> dict[str, Any]:
         if detail.get("key"):
             row["signature_key"] = detail["key"]
     return row
-
-
-def _signature_input_keys(interpreter, details: list[dict]) -> list[str | None]:
-    """Each input's SignatureDef name (what a signature runner is called with), if any."""
-    try:
-        signatures = interpreter._get_full_signature_list() or {}
-    except (AttributeError, RuntimeError, ValueError):  # an old LiteRT, a broken signature
-        signatures = {}
-    chosen = signatures.get("serving_default") or next(iter(signatures.values()), {})
-    by_index = {int(index): name for name, index in (chosen.get("inputs") or {}).items()}
-    return [by_index.get(int(d["index"])) for d in details]
 
 
 def _inverse(perm) -> tuple[int, ...] | None:
@@ -73,7 +67,7 @@ def _tflite_layout(handle: ModelHandle, artifact: bytes,
                    output_perms: tuple[tuple[int, ...] | None, ...]) -> dict[str, Any]:
     interpreter = tflite_interpreter(artifact, unprepared_ok=True)
     ins, outs = interpreter.get_input_details(), interpreter.get_output_details()
-    for detail, key in zip(ins, _signature_input_keys(interpreter, ins)):
+    for detail, key in zip(ins, signature_keys(interpreter, ins, "inputs")):
         detail["key"] = key
     names = match_input_names([s.name for s in handle.inputs], [d["name"] for d in ins])
     by_name = dict(zip(names, ins))

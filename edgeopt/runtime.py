@@ -148,9 +148,10 @@ def batch_first(array: np.ndarray, count: int) -> np.ndarray:
                           "batch axis edgeopt can find")
 
 
-def signature_output_keys(interpreter, details: list[dict]) -> list[str]:
-    """Each output's SignatureDef name (the converter's `output_0`, or the ONNX/Keras
-    name), in `details` order; its tensor name where the model has no signature."""
+def signature_keys(interpreter, details: list[dict], kind: str) -> list[str | None]:
+    """Each input's or output's (`kind`: "inputs" / "outputs") SignatureDef name, in
+    `details` order; None where the model has no signature, or several and none is
+    serving_default (which one an app calls is then not ours to guess)."""
     by_index = {}
     try:
         signatures = interpreter._get_full_signature_list() or {}
@@ -158,8 +159,15 @@ def signature_output_keys(interpreter, details: list[dict]) -> list[str]:
         signatures = {}
     if len(signatures) == 1 or "serving_default" in signatures:
         chosen = signatures.get("serving_default") or next(iter(signatures.values()))
-        by_index = {int(index): name for name, index in chosen.get("outputs", {}).items()}
-    return [by_index.get(int(d["index"]), d["name"]) for d in details]
+        by_index = {int(index): name for name, index in chosen.get(kind, {}).items()}
+    return [by_index.get(int(d["index"])) for d in details]
+
+
+def signature_output_keys(interpreter, details: list[dict]) -> list[str]:
+    """Each output's SignatureDef name (the converter's `output_0`, or the ONNX/Keras
+    name), in `details` order; its tensor name where the model has no signature."""
+    keys = signature_keys(interpreter, details, "outputs")
+    return [key or d["name"] for key, d in zip(keys, details)]
 
 
 def _base_name(name: str) -> str:
