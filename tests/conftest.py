@@ -200,3 +200,22 @@ def tiny_float_tflite(tmp_path_factory, tiny_keras_path) -> Path:
     path = folder / "tiny_float.tflite"
     path.write_bytes(conv.tflite)
     return path
+
+
+@pytest.fixture(scope="module")
+def torch_heads(tmp_path_factory):
+    """tests/torch_models.TwoHeads saved as a `.pt2` beside its samples: (pt2, npz)."""
+    pytest.importorskip("torch")
+    from torch_models import heads_files
+
+    return heads_files(tmp_path_factory.mktemp("heads"))
+
+
+@pytest.fixture(scope="module")
+def heads_pt2(torch_heads):
+    return torch_heads[0]
+
+
+@pytest.fixture(scope="module")
+def heads_calib(torch_heads):
+    return torch_heads[1]

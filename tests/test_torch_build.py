@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 
-from torch_models import TwoHeads, heads_files, save_program  # noqa: E402
+from torch_models import TwoHeads, save_program  # noqa: E402
 
 import edgeopt  # noqa: E402
 from edgeopt.tflite_reader import read_tflite  # noqa: E402
@@ -22,24 +22,10 @@ pytestmark = pytest.mark.slow
 MODULE_PATHS = ("features.0", "features.1.0", "classifier", "box")
 
 
-@pytest.fixture(scope="module")
-def heads(tmp_path_factory):
-    return heads_files(tmp_path_factory.mktemp("heads"))
-
-
-@pytest.fixture(scope="module")
-def heads_pt2(heads):
-    return heads[0]
-
-
-@pytest.fixture(scope="module")
-def calib(heads):
-    return heads[1]
-
-
-def test_api_builds_a_module_for_the_npu_validated_against_pytorch(tmp_path, calib):
+def test_api_builds_a_module_for_the_npu_validated_against_pytorch(tmp_path, heads_calib):
     result = edgeopt.build(TwoHeads(), example_inputs=(torch.randn(1, 3, 16, 16),),
-                           device="pixel-npu", calib=str(calib), output=str(tmp_path / "dist"))
+                           device="pixel-npu", calib=str(heads_calib),
+                           output=str(tmp_path / "dist"))
     manifest = result.manifest
     assert manifest["source"] == {"file": "twoheads.pt2", "format": "pt2"}
     conversion = manifest["conversion"]
@@ -63,10 +49,10 @@ def test_api_builds_a_module_for_the_npu_validated_against_pytorch(tmp_path, cal
     assert "features.1.0" in (tmp_path / "dist" / "report.html").read_text()
 
 
-def test_pt2_onnx_build_reports_layers_by_module_path(run_cli, heads_pt2, calib, tmp_path):
+def test_pt2_onnx_build_reports_layers_by_module_path(run_cli, heads_pt2, heads_calib, tmp_path):
     out = tmp_path / "dist"
     result = run_cli("build", heads_pt2, "--device", "host-cpu", "--format", "onnx",
-                     "--calib", calib, "-o", out)
+                     "--calib", heads_calib, "-o", out)
     assert result.exit_code == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     layers = [row["layer"] for row in manifest["quantization"]["layer_report"]]
@@ -78,15 +64,15 @@ def test_pt2_onnx_build_reports_layers_by_module_path(run_cli, heads_pt2, calib,
     assert "features.0" in (out / "report.html").read_text()
 
 
-def test_quantize_and_compress_take_a_pt2(run_cli, heads_pt2, calib, tmp_path):
+def test_quantize_and_compress_take_a_pt2(run_cli, heads_pt2, heads_calib, tmp_path):
     quantized = tmp_path / "q.tflite"
-    result = run_cli("quantize", heads_pt2, "--calib", calib, "--scheme", "w8a8", "-o",
+    result = run_cli("quantize", heads_pt2, "--calib", heads_calib, "--scheme", "w8a8", "-o",
                      quantized)
     assert result.exit_code == 0, result.stderr
     assert quantized.read_bytes()[4:8] == b"TFL3"
     out = tmp_path / "pruned"
     result = run_cli("build", heads_pt2, "--device", "host-cpu", "--format", "onnx",
-                     "--calib", calib, "--prune", "0.25", "-o", out)
+                     "--calib", heads_calib, "--prune", "0.25", "-o", out)
     assert result.exit_code == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["compression"]["size_bytes"]["after"] < \

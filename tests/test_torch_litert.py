@@ -15,28 +15,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("litert_torch")
 
-from torch_models import TwoHeads, heads_files  # noqa: E402
+from torch_models import TwoHeads  # noqa: E402
 
 import edgeopt  # noqa: E402
 from conftest import assert_user_error  # noqa: E402
 from edgeopt.model import load_model  # noqa: E402
 from edgeopt.tflite_reader import read_tflite  # noqa: E402
 from edgeopt.torch_litert import LAYOUT_NOTE, module_path  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def heads(tmp_path_factory):
-    return heads_files(tmp_path_factory.mktemp("heads"))
-
-
-@pytest.fixture(scope="module")
-def heads_pt2(heads):
-    return heads[0]
-
-
-@pytest.fixture(scope="module")
-def calib(heads):
-    return heads[1]
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +66,16 @@ def test_litert_tflite_runs_as_the_program(litert_handle):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("device, via", [("pixel-npu", "cli"), ("host-cpu", "api")])
-def test_build_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path, device, via):
+def test_build_by_the_litert_route(run_cli, heads_pt2, heads_calib, tmp_path, device, via):
     """`edgeopt build x.pt2 --torch-route litert`, and edgeopt.build(module, torch_route=)."""
     out = tmp_path / "dist"
     if via == "cli":
         result = run_cli("build", heads_pt2, "--torch-route", "litert", "--device", device,
-                         "--calib", calib, "-o", out)
+                         "--calib", heads_calib, "-o", out)
         assert result.exit_code == 0, result.stderr
     else:
         edgeopt.build(TwoHeads(), example_inputs=(torch.randn(1, 3, 16, 16),), device=device,
-                      torch_route="litert", calib=str(calib), output=str(out))
+                      torch_route="litert", calib=str(heads_calib), output=str(out))
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"]["format"] == "pt2"
     conversion = manifest["conversion"]
@@ -112,10 +97,11 @@ def test_build_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path, device, 
 
 
 @pytest.mark.slow
-def test_onnx_build_inspect_and_convert_by_the_litert_route(run_cli, heads_pt2, calib, tmp_path):
+def test_onnx_build_inspect_and_convert_by_the_litert_route(run_cli, heads_pt2, heads_calib,
+                                                            tmp_path):
     out = tmp_path / "dist"
     result = run_cli("build", heads_pt2, "--torch-route", "litert", "--device", "host-cpu",
-                     "--format", "onnx", "--calib", calib, "-o", out)
+                     "--format", "onnx", "--calib", heads_calib, "-o", out)
     assert result.exit_code == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"]["format"] == "onnx"
@@ -125,7 +111,7 @@ def test_onnx_build_inspect_and_convert_by_the_litert_route(run_cli, heads_pt2, 
     record = json.loads(result.stdout)
     assert record["format"] == "pt2" and "litert-torch" in record["graph_read_from"]
     converted = tmp_path / "float.tflite"
-    result = run_cli("convert", heads_pt2, "--torch-route", "litert", "--calib", calib,
+    result = run_cli("convert", heads_pt2, "--torch-route", "litert", "--calib", heads_calib,
                      "-o", converted, "--json")
     assert result.exit_code == 0, result.stderr
     record = json.loads(result.stdout)  # the float .tflite against the PyTorch program
