@@ -155,13 +155,13 @@ def _tflite_inputs(handle, workdir: Path, calib) -> tuple[bytes, dict[str, tuple
     """The float .tflite, the permutations from the source layout to its inputs' layout
     and those from its outputs' layout back to the source's."""
     if handle.format == "tflite":
-        content = handle.tflite_bytes()
-        given = given_scheme(read_tflite(content))
+        given = given_scheme(read_tflite(handle.tflite_bytes()))
         if given is not None:
             raise ConfigError(f"the .tflite is already quantized ({given}: integer weights and "
                               "activations); `edgeopt quantize` needs the float model "
                               f"(`edgeopt build --scheme {given}` ships this one as given)")
-        return content, {}, tuple(None for _ in handle.outputs)
+    # a .tflite comes back as given, but with dynamic inputs fixed to the shape the data or
+    # --input-shape chose, as build has it (a placeholder shape may not prepare)
     samples = {k: v[:8] for k, v in calib.arrays.items()}
     conversion = to_float_tflite(handle, workdir, samples)
     return conversion.tflite, dict(conversion.input_perms), conversion.output_perms

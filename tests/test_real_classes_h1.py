@@ -292,3 +292,19 @@ def test_dynamic_tflite_made_static_at_the_data_shape(tmp_path, run_cli):
     runner = TFLiteRunner(out / manifest["model"]["file"], [name])
     assert [int(d) for d in runner.input_details[0]["shape_signature"]] == [1, 40]
     assert runner.run({name: signal[:2]})[0].shape == (2, 1, 36, 2)
+
+
+def test_dynamic_tflite_quantized_at_the_data_shape(tmp_path, run_cli):
+    """Class 5 for `quantize`: the same .tflite is fixed to the data's shape as build has it
+    (it ended in "does not prepare at its placeholder shape" with data of a fixed shape)."""
+    from edgeopt.model import load_model
+    from edgeopt.runtime import TFLiteRunner
+
+    model, data, out = tmp_path / "mel.tflite", tmp_path / "calib.npz", tmp_path / "q.tflite"
+    _dynamic_tflite(model)
+    name = load_model(model).inputs[0].name
+    np.savez(data, **{name: np.random.default_rng(4).random((20, 40), dtype=np.float32)})
+    result = run_cli("quantize", model, "--scheme", "w8a8", "--calib", data, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    runner = TFLiteRunner(out, [name])
+    assert [int(d) for d in runner.input_details[0]["shape_signature"]] == [1, 40]
