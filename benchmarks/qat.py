@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=sorted(MODELS), default="fer_emotion")
     parser.add_argument("--epochs", type=int, default=10, help="QAT epochs at most")
     parser.add_argument("--train-epochs", type=int, default=40, help="mnv3_digits training")
-    parser.add_argument("--digits-size", type=int, default=SIZE,
+    parser.add_argument("--digits-size", type=int, default=32,
                         help="mnv3_digits input side (8: the scans as they are)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/edgeopt-qat-bench"))
     args = parser.parse_args(argv)
