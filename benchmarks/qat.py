@@ -43,13 +43,16 @@ BLOCKS = ((48, 24, 2, True), (72, 24, 1, True), (96, 40, 2, True), (120, 40, 1, 
 
 
 def digits() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Digits upscaled to 32x32 in [0, 1] (bilinear), shuffled once and split three ways."""
+    """Digits at SIZE x SIZE in [0, 1] (bilinear from the 8x8 scans), shuffled once and
+    split three ways."""
     from PIL import Image
     from sklearn.datasets import load_digits
 
     data = load_digits()
-    images = np.stack([np.asarray(Image.fromarray((im * 16).astype(np.uint8)).resize(
-        (SIZE, SIZE), Image.BILINEAR), np.float32) / 255.0 for im in data.images])[..., None]
+    # the scans are 0..16: x16 would wrap the full-ink 16s (9% of pixels) to 0 in uint8
+    ink = np.round(data.images * (255 / 16)).astype(np.uint8)
+    images = np.stack([np.asarray(Image.fromarray(im).resize(
+        (SIZE, SIZE), Image.BILINEAR), np.float32) / 255.0 for im in ink])[..., None]
     order = np.random.default_rng(0).permutation(len(images))
     images, labels = images[order], data.target[order].astype(np.int64)
     a, b = SPLITS["train"], SPLITS["train"] + SPLITS["calib"]
@@ -224,9 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=sorted(MODELS), default="fer_emotion")
     parser.add_argument("--epochs", type=int, default=10, help="QAT epochs at most")
     parser.add_argument("--train-epochs", type=int, default=40, help="mnv3_digits training")
+    parser.add_argument("--digits-size", type=int, default=32,
+                        help="mnv3_digits input side (8: the scans as they are)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/edgeopt-qat-bench"))
     args = parser.parse_args(argv)
-    workdir = args.workdir / args.model
+    global SIZE
+    SIZE = args.digits_size
+    run_name = args.model if args.model != "mnv3_digits" or SIZE == 32 else f"{args.model}{SIZE}"
+    workdir = args.workdir / run_name
     workdir.mkdir(parents=True, exist_ok=True)
     make_data, make_model, input_name = MODELS[args.model]
     data = make_data()
@@ -248,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: QAT step {q.get('seconds')} s {q.get('phase_seconds')} "
               f"({q.get('epochs_run')} epochs, best {q.get('best_epoch')}), load "
               f"{q['load_average_before'][0]:.1f} -> {q['load_average_after'][0]:.1f}")
-    write_results(f"qat_{args.model}", {
-        "model": args.model, "metric": metric, "eval_samples": int(len(data["eval"][0])),
+    write_results(f"qat_{run_name}", {
+        "model": args.model, "digits_size": SIZE if args.model == "mnv3_digits" else None,
+        "metric": metric, "eval_samples": int(len(data["eval"][0])),
         "calib_samples": int(len(data["calib"][0])), "top1_percent": scores,
         "drop_points": {k: round(v - scores["float"], 3) for k, v in scores.items()},
         "qat": qat, "quantize_seconds": {k: round(v["seconds"], 1) for k, v in runs.items()},
