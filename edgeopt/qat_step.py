@@ -283,6 +283,11 @@ def choose(ptq: QuantResult, qat: QuantResult, config: QuantConfig, record: dict
     budget = config.accuracy_budget
     if budget is None or _meets(qat, budget):
         record["shipped"] = "qat"
+        if budget is None and _score(qat) < _score(ptq):
+            record["note"] = (f"--qat ships QAT's int8 model as asked, though it scored below "
+                              f"the post-training one on the held-out samples "
+                              f"({_score(qat):.4g} vs PTQ {_score(ptq):.4g}); without --qat, "
+                              "or with --accuracy-budget, the better result ships")
         return qat
     record["shipped"] = "ptq"
     record["note"] = (f"QAT's int8 model missed the budget {budget} too (held-out "

@@ -157,3 +157,18 @@ def test_qat_of_an_onnx_source_to_tflite_trains_the_import(run_cli, tmp_path, ti
     assert record["qat"]["ran"] and record["qat"]["learned_ranges"] >= 2
     assert record["validation"]["samples"] == record["qat"]["qat"]["samples"]
     assert any(t.dtype == "int8" for t in read_tflite(out.read_bytes()).tensors)
+
+
+def test_forced_qat_that_scores_below_ptq_ships_and_says_so():
+    from edgeopt.calibration.config import QuantConfig, QuantResult
+    from edgeopt.qat_step import choose
+
+    def result(value: float) -> QuantResult:
+        return QuantResult(b"", "tflite", "w8a8", "auto", [], {}, [], "int8",
+                           validation={"metric": "top1_agreement", "value": value})
+
+    ptq, qat, record = result(0.9667), result(0.94), {}
+    assert choose(ptq, qat, QuantConfig(), record) is qat and record["shipped"] == "qat"
+    assert "scored below the post-training one" in record["note"] and "0.94" in record["note"]
+    better, record = result(0.98), {}
+    assert choose(ptq, better, QuantConfig(), record) is better and "note" not in record
