@@ -12,6 +12,7 @@ import tempfile
 
 import numpy as np
 
+from edgeopt import tflite_edit
 from edgeopt.calibration.tflite_buffers import inline_buffers
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import tflite_interpreter
@@ -61,4 +62,50 @@ def set_io_dtype(model: bytes, io_dtype: str) -> bytes:
         if status != 0 or not os.path.exists(dst):
             raise ConversionError(f"could not give the int8 model {io_dtype} inputs and outputs")
         with open(dst, "rb") as f:
-            return f.read()
+            return dequantize_for_float_readers(f.read())
+
+
+def dequantize_for_float_readers(model: bytes) -> bytes:
+    """An integer output that float ops of the graph also read (ai-edge-quantizer hands an
+    op it keeps float the output's DEQUANTIZE, which the IO change turns into a QUANTIZE to
+    the integer IO type) gets a DEQUANTIZE of its own for those readers: without it LiteRT
+    refuses the model (basic-pitch's EXPAND_DIMS on coral-usb)."""
+    import copy
+
+    unpacked = tflite_edit.unpack(model)
+    if unpacked is None:
+        return model
+    generated = tflite_edit.schema()
+    integer = {generated.TensorType.INT8, generated.TensorType.UINT8}
+    changed = False
+    for graph in unpacked.subgraphs or []:
+        outputs = {int(i) for i in (graph.outputs if graph.outputs is not None else [])}
+        kept = []
+        for op in list(graph.operators or []):
+            kept.append(op)
+            produced = [int(i) for i in (op.outputs if op.outputs is not None else [])]
+            for out in produced:
+                if out not in outputs or graph.tensors[out].type not in integer:
+                    continue
+                readers = [r for r in graph.operators if r is not op and r.inputs is not None
+                           and out in [int(i) for i in r.inputs] and r.outputs is not None
+                           and len(r.outputs) and graph.tensors[int(r.outputs[0])].type
+                           == generated.TensorType.FLOAT32
+                           and tflite_edit.opcode_name(unpacked, r)[0] != "DEQUANTIZE"]
+                if not readers:
+                    continue
+                tensor = copy.deepcopy(graph.tensors[out])
+                tensor.name = (tflite_edit.text(tensor.name) + "/float").encode()
+                tensor.type, tensor.quantization, tensor.buffer = \
+                    generated.TensorType.FLOAT32, None, 0
+                graph.tensors.append(tensor)
+                dequantize = generated.OperatorT()
+                dequantize.opcodeIndex = tflite_edit.opcode_index(unpacked, "DEQUANTIZE", 2)
+                dequantize.inputs, dequantize.outputs = [out], [len(graph.tensors) - 1]
+                kept.append(dequantize)
+                for reader in readers:
+                    reader.inputs = [len(graph.tensors) - 1 if int(i) == out else int(i)
+                                     for i in reader.inputs]
+                changed = True
+        graph.operators = kept
+    return tflite_edit.pack(unpacked) if changed else model
