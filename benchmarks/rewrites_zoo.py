@@ -126,8 +126,9 @@ def _source() -> dict:
 def run(devices: list[str], entries: list[Entry], workdir: Path, limit: int, redo: bool,
         stop_at: float | None, check_off: bool) -> dict:
     record = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+    source = _source()
     record.update({"package_versions": package_versions(), "machine": machine_info(),
-                   "git": git_state(), "source": _source(), "limit_s": limit})
+                   "git": git_state(), "source": source, "limit_s": limit})
     for device in devices:
         rows = record.setdefault("devices", {}).setdefault(device, {})
         for e in entries:
@@ -142,6 +143,10 @@ def run(devices: list[str], entries: list[Entry], workdir: Path, limit: int, red
                 off = _build(e, device, calib, out.with_name(e.name + "_off"), limit, True)
                 row["no_rewrite_build"] = {k: off.get(k) for k in
                                            ("outcome", "detail", "wall_s", "shipped")}
+            # the top-level "source" is the last run's: each row keeps the snapshot it ran
+            row["snapshot_commit"] = source["snapshot_commit"]
+            row["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                               time.gmtime(time.time() - row["wall_s"]))
             rows[e.name] = row
             print(f"{device:15s} {e.name:26s} {row['outcome']:9s} {row['wall_s']:7.1f} s "
                   f"{_cell(row)[:90]}", flush=True)
