@@ -315,3 +315,47 @@ def test_an_op_vela_has_no_kernel_for_is_rewritten_for_ethos_u(run_cli, tmp_path
     assert manifest["placement"]["cpu_ops"] < record["before"]["ops"] - \
         record["before"]["delegated_ops"]
     assert "SQUARE" not in _ops((tmp_path / "out" / "square.tflite").read_bytes())
+
+
+def test_a_minimum_with_inf_is_dropped_not_written_as_inf_minus_inf():
+    # tf.clip_by_value(x, lo, np.inf): the converter writes its bound as FLT_MAX, onnx-tf
+    # as +inf (openWakeWord's melspectrogram); c − RELU(c − x) is 0 or NaN there, not x
+    import tensorflow as tf
+
+    shape = (1, 8)
+    original = _tflite(lambda x: tf.maximum(tf.minimum(x * 2.0, np.inf), 1e-3) * 3.0, shape)
+    onnx_tf = _with_constant(original, np.float32(np.finfo(np.float32).max), np.inf)
+    for model in (original, onnx_tf):
+        assert "MINIMUM" in _ops(model)
+        rewritten, applied = rewrites.apply(model, ["minimum"])
+        assert [a.name for a in applied] == ["minimum"]
+        assert "MINIMUM" not in _ops(rewritten) and "SUB" not in _ops(rewritten)
+        _same_values(model, rewritten, [shape])
+    # a MINIMUM with −inf or NaN is left as it is, and so is one that writes a graph output
+    for bound in (-np.inf, np.nan):
+        other = _with_constant(original, np.float32(np.finfo(np.float32).max), bound)
+        assert rewrites.apply(other, ["minimum"]) == (other, [])
+    output = _tflite(lambda x: tf.minimum(x * 2.0, np.inf), shape)
+    assert rewrites.apply(output, ["minimum"]) == (output, [])
+
+
+def _with_constant(content: bytes, old, new) -> bytes:
+    """The model with every scalar float constant equal to `old` holding `new`."""
+    from edgeopt.tflite_edit import constant, set_constant
+
+    model = unpack(content)
+    for tensor in model.subgraphs[0].tensors:
+        values = constant(model, tensor)
+        if values is not None and values.size == 1 and values.dtype == np.float32 \
+                and values.item() == old:
+            set_constant(model, tensor, np.full(values.shape, new, np.float32))
+    return pack(model)
+
+
+def test_the_float_check_counts_a_nan_the_rewrite_brings_as_an_error():
+    from edgeopt.rewrite_step import _relative_error
+
+    a = np.array([1.0, 2.0, 4.0], np.float32)
+    assert _relative_error([a], [a + 0.004]) == pytest.approx(0.001, rel=1e-3)
+    assert _relative_error([a], [np.array([1.0, np.nan, 4.0])]) == np.inf
+    assert _relative_error([np.array([1.0, np.inf])], [np.array([1.0, np.inf])]) == 0.0
