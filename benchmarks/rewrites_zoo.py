@@ -203,11 +203,13 @@ def table(record: dict) -> str:
                   f"stop, {len(built)} built; the step tried rewrites on {len(tried)}, kept "
                   f"them on {len(kept)}.", "",
                   "| model | rewrites tried | ops on delegate before → after | partitions | "
-                  "worst SQNR dB before → after | kept |", "|---|---|---|---|---|---|"]
+                  "worst SQNR dB before → after | kept | snapshot |",
+                  "|---|---|---|---|---|---|---|"]
         for name, row in sorted(rows.items()):
+            snapshot = row.get("snapshot_commit") or "—"  # the edgeopt that built it
             if row.get("outcome") != "ok":
                 lines.append(f"| {name} | — | build {row['outcome']}: "
-                             f"{row.get('detail', '')[:80]} | | | |")
+                             f"{row.get('detail', '')[:80]} | | | | {snapshot} |")
                 continue
             b, a = row["before"], row["after"]
             share = (f"{b['delegated_ops']}/{b['ops']} ({b['share']:.0%}) → "
@@ -216,7 +218,7 @@ def table(record: dict) -> str:
                          "yes" if row["kept"] else f"no: {row['reason']}")
             lines.append(f"| {name} | {', '.join(row['tried']) or '—'} | {share} | "
                          f"{b['partitions']} → {a['partitions']} | {_db(row['sqnr_before_db'])} → "
-                         f"{_db(row['sqnr_after_db'])} | {kept_cell} |")
+                         f"{_db(row['sqnr_after_db'])} | {kept_cell} | {snapshot} |")
         lines.append("")
     return "\n".join(lines + _cost(record))
 
