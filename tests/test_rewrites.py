@@ -359,3 +359,21 @@ def test_the_float_check_counts_a_nan_the_rewrite_brings_as_an_error():
     assert _relative_error([a], [a + 0.004]) == pytest.approx(0.001, rel=1e-3)
     assert _relative_error([a], [np.array([1.0, np.nan, 4.0])]) == np.inf
     assert _relative_error([np.array([1.0, np.inf])], [np.array([1.0, np.inf])]) == 0.0
+
+
+def test_an_op_rewrite_fixes_the_shapes_a_converter_left_dynamic_first():
+    # basic-pitch's .tflite: a −1 batch in every tensor's signature; the build fixes the
+    # input, and its EXPAND_DIMS only become RESHAPEs once the rest is fixed too
+    import tensorflow as tf
+
+    from edgeopt.rewrites.edit import Edit
+
+    content = _tflite(lambda x: tf.expand_dims(tf.nn.relu(x), 1) * 2.0, (None, 6, 4))
+    model = unpack(content)
+    graph = model.subgraphs[0]
+    Edit(model, graph).tensor(graph.inputs[0]).shapeSignature = None  # as the build fixes it
+    fixed_input = pack(model)
+    rewritten, applied = rewrites.apply(fixed_input, ["reshapes"])
+    assert [a.name for a in applied] == ["static_shapes", "reshapes"]
+    assert "EXPAND_DIMS" not in _ops(rewritten)
+    _same_values(fixed_input, rewritten, [(1, 6, 4)])
