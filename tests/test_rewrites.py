@@ -362,8 +362,7 @@ def test_the_float_check_counts_a_nan_the_rewrite_brings_as_an_error():
 
 
 def test_an_op_rewrite_fixes_the_shapes_a_converter_left_dynamic_first():
-    # basic-pitch's .tflite: a −1 batch in every tensor's signature; the build fixes the
-    # input, and its EXPAND_DIMS only become RESHAPEs once the rest is fixed too
+    # a fixed input whose tensors keep a −1 batch: the op rewrites need them fixed first
     import tensorflow as tf
 
     from edgeopt.rewrites.edit import Edit
@@ -377,3 +376,17 @@ def test_an_op_rewrite_fixes_the_shapes_a_converter_left_dynamic_first():
     assert [a.name for a in applied] == ["static_shapes", "reshapes"]
     assert "EXPAND_DIMS" not in _ops(rewritten)
     _same_values(fixed_input, rewritten, [(1, 6, 4)])
+
+
+def test_expand_dims_with_a_dynamic_batch_becomes_a_reshape_that_infers_it():
+    # basic-pitch's .tflite: a −1 batch in the input and every tensor (the build ships it
+    # so, LiteRT runs it at batch 1); its 19 EXPAND_DIMS kept 90% of it off the GPU
+    import tensorflow as tf
+
+    content = _tflite(lambda x: tf.expand_dims(tf.nn.relu(x), 1) * 2.0, (None, 6, 4))
+    rewritten, applied = rewrites.apply(content, ["reshapes"])
+    assert [a.name for a in applied] == ["reshapes"]
+    assert "EXPAND_DIMS" not in _ops(rewritten)
+    _same_values(content, rewritten, [(1, 6, 4)])
+    two = _tflite(lambda x: tf.expand_dims(tf.nn.relu(x), 1) * 2.0, (None, None, 4))
+    assert rewrites.apply(two, ["reshapes"]) == (two, [])  # two unknowns: left alone
