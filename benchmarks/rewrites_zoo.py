@@ -170,7 +170,8 @@ def _db(value: float | None) -> str:
 
 def summary(record: dict) -> list[str]:
     """One line per device: builds, ops on the delegate and partitions summed over the
-    models built, before → after, rewrites kept, and the worst-SQNR change where kept."""
+    models built, before → after (as shipped: a candidate not kept counts as before),
+    rewrites kept, and the worst-SQNR change where kept."""
     lines = ["| device | models run | builds ok | step tried / kept | ops on delegate before → "
              "after | partitions before → after | worst SQNR change where kept, dB |",
              "|---|---|---|---|---|---|---|"]
@@ -178,9 +179,12 @@ def summary(record: dict) -> list[str]:
         built = [r for r in rows.values() if r.get("outcome") == "ok"]
         ops = sum(r["before"]["ops"] for r in built)
         before = sum(r["before"]["delegated_ops"] for r in built)
-        after = sum(r["after"]["delegated_ops"] for r in built)
-        after_ops = sum(r["after"]["ops"] for r in built)
-        parts = [sum(r[k]["partitions"] or 0 for r in built) for k in ("before", "after")]
+        # "after" is what ships: a rewritten candidate the step did not keep counts as before
+        shipped = [r["after"] if r.get("kept") else r["before"] for r in built]
+        after = sum(a["delegated_ops"] for a in shipped)
+        after_ops = sum(a["ops"] for a in shipped)
+        parts = [sum(r["before"]["partitions"] or 0 for r in built),
+                 sum(a["partitions"] or 0 for a in shipped)]
         kept = [r for r in built if r.get("kept")]
         changes = [r["sqnr_after_db"] - r["sqnr_before_db"] for r in kept
                    if r["sqnr_after_db"] is not None and r["sqnr_before_db"] is not None]
