@@ -126,8 +126,9 @@ def _source() -> dict:
 def run(devices: list[str], entries: list[Entry], workdir: Path, limit: int, redo: bool,
         stop_at: float | None, check_off: bool) -> dict:
     record = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+    source = _source()
     record.update({"package_versions": package_versions(), "machine": machine_info(),
-                   "git": git_state(), "source": _source(), "limit_s": limit})
+                   "git": git_state(), "source": source, "limit_s": limit})
     for device in devices:
         rows = record.setdefault("devices", {}).setdefault(device, {})
         for e in entries:
@@ -142,6 +143,10 @@ def run(devices: list[str], entries: list[Entry], workdir: Path, limit: int, red
                 off = _build(e, device, calib, out.with_name(e.name + "_off"), limit, True)
                 row["no_rewrite_build"] = {k: off.get(k) for k in
                                            ("outcome", "detail", "wall_s", "shipped")}
+            # the top-level "source" is the last run's: each row keeps the snapshot it ran
+            row["snapshot_commit"] = source["snapshot_commit"]
+            row["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                               time.gmtime(time.time() - row["wall_s"]))
             rows[e.name] = row
             print(f"{device:15s} {e.name:26s} {row['outcome']:9s} {row['wall_s']:7.1f} s "
                   f"{_cell(row)[:90]}", flush=True)
@@ -165,7 +170,8 @@ def _db(value: float | None) -> str:
 
 def summary(record: dict) -> list[str]:
     """One line per device: builds, ops on the delegate and partitions summed over the
-    models built, before → after, rewrites kept, and the worst-SQNR change where kept."""
+    models built, before → after (as shipped: a candidate not kept counts as before),
+    rewrites kept, and the worst-SQNR change where kept."""
     lines = ["| device | models run | builds ok | step tried / kept | ops on delegate before → "
              "after | partitions before → after | worst SQNR change where kept, dB |",
              "|---|---|---|---|---|---|---|"]
@@ -173,9 +179,12 @@ def summary(record: dict) -> list[str]:
         built = [r for r in rows.values() if r.get("outcome") == "ok"]
         ops = sum(r["before"]["ops"] for r in built)
         before = sum(r["before"]["delegated_ops"] for r in built)
-        after = sum(r["after"]["delegated_ops"] for r in built)
-        after_ops = sum(r["after"]["ops"] for r in built)
-        parts = [sum(r[k]["partitions"] or 0 for r in built) for k in ("before", "after")]
+        # "after" is what ships: a rewritten candidate the step did not keep counts as before
+        shipped = [r["after"] if r.get("kept") else r["before"] for r in built]
+        after = sum(a["delegated_ops"] for a in shipped)
+        after_ops = sum(a["ops"] for a in shipped)
+        parts = [sum(r["before"]["partitions"] or 0 for r in built),
+                 sum(a["partitions"] or 0 for a in shipped)]
         kept = [r for r in built if r.get("kept")]
         changes = [r["sqnr_after_db"] - r["sqnr_before_db"] for r in kept
                    if r["sqnr_after_db"] is not None and r["sqnr_before_db"] is not None]
@@ -198,11 +207,13 @@ def table(record: dict) -> str:
                   f"stop, {len(built)} built; the step tried rewrites on {len(tried)}, kept "
                   f"them on {len(kept)}.", "",
                   "| model | rewrites tried | ops on delegate before → after | partitions | "
-                  "worst SQNR dB before → after | kept |", "|---|---|---|---|---|---|"]
+                  "worst SQNR dB before → after | kept | snapshot |",
+                  "|---|---|---|---|---|---|---|"]
         for name, row in sorted(rows.items()):
+            snapshot = row.get("snapshot_commit") or "—"  # the edgeopt that built it
             if row.get("outcome") != "ok":
                 lines.append(f"| {name} | — | build {row['outcome']}: "
-                             f"{row.get('detail', '')[:80]} | | | |")
+                             f"{row.get('detail', '')[:80]} | | | | {snapshot} |")
                 continue
             b, a = row["before"], row["after"]
             share = (f"{b['delegated_ops']}/{b['ops']} ({b['share']:.0%}) → "
@@ -211,7 +222,7 @@ def table(record: dict) -> str:
                          "yes" if row["kept"] else f"no: {row['reason']}")
             lines.append(f"| {name} | {', '.join(row['tried']) or '—'} | {share} | "
                          f"{b['partitions']} → {a['partitions']} | {_db(row['sqnr_before_db'])} → "
-                         f"{_db(row['sqnr_after_db'])} | {kept_cell} |")
+                         f"{_db(row['sqnr_after_db'])} | {kept_cell} | {snapshot} |")
         lines.append("")
     return "\n".join(lines + _cost(record))
 

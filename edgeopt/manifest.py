@@ -523,6 +523,9 @@ class RewriteApplied:
         "description": "largest |difference| over the largest |output|, float graph before "
                        "and after, on held-out samples"})
     kept: bool = field(metadata={"description": "within the float tolerance (used)"})
+    static_shapes_fixed: int | None = field(default=None, metadata={
+        "description": "tensors whose dynamic dimensions were fixed first so the rewrite "
+                       "fits (op rewrites need fixed shapes)", "minimum": 1})
 
 
 @dataclass(frozen=True)

@@ -85,11 +85,18 @@ def _answers(rules, rule: str | None) -> bool:
 
 
 def apply(content: bytes, names: Iterable[str]) -> tuple[bytes, list[Applied]]:
-    """The model with the named rewrites applied wherever they fit (unchanged: no Applied)."""
+    """The model with the named rewrites applied wherever they fit (unchanged: no Applied).
+    Op rewrites bring `static_shapes` along (listed in the Applied when it fixed any)."""
     model = unpack(content)
     if model is None:
         return content, []
     applied = []
+    names = list(dict.fromkeys(names))
+    if "static_shapes" not in names and any(n in OP_REWRITES for n in names):
+        # every op rewrite needs fixed shapes (a RESHAPE's target, a slice's size): a model
+        # whose input is fixed but whose tensors the converter left "dynamic" (a −1 batch)
+        # gets them fixed first, else no op rewrite fits it (basic-pitch's 19 EXPAND_DIMS)
+        names.append("static_shapes")
     # Shapes first: the tensors op rewrites add copy their source's (then fixed) shape.
     for name in sorted(names, key=lambda n: n != "static_shapes"):
         count = (static_shapes.rewrite_model(model, content) if name == "static_shapes"

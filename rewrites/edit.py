@@ -40,6 +40,20 @@ class Edit:
             return None
         return shape
 
+    def reshape_target(self, x: int, y: int) -> list[int] | None:
+        """The RESHAPE target that turns tensor `x` into `y`'s shape: y's fixed shape, or,
+        with one dynamic dimension in each (a −1 batch), y's signature with its −1, which
+        RESHAPE infers from the element count (the same for any batch); None otherwise."""
+        fixed = self.static_shape(y)
+        if fixed is not None and self.static_shape(x) is not None:
+            return fixed
+        dims = [[int(d) for d in (t.shapeSignature if t.shapeSignature is not None
+                                  else t.shape)] for t in map(self.tensor, (x, y))]
+        if any(d.count(-1) != 1 or any(v < -1 or v == 0 for v in d) for d in dims):
+            return None
+        known = [int(np.prod([v for v in d if v > 0])) for d in dims]
+        return dims[1] if known[0] == known[1] else None
+
     def constant(self, index: int) -> np.ndarray | None:
         return constant(self.model, self.tensor(index))
 

@@ -315,3 +315,78 @@ def test_an_op_vela_has_no_kernel_for_is_rewritten_for_ethos_u(run_cli, tmp_path
     assert manifest["placement"]["cpu_ops"] < record["before"]["ops"] - \
         record["before"]["delegated_ops"]
     assert "SQUARE" not in _ops((tmp_path / "out" / "square.tflite").read_bytes())
+
+
+def test_a_minimum_with_inf_is_dropped_not_written_as_inf_minus_inf():
+    # tf.clip_by_value(x, lo, np.inf): the converter writes its bound as FLT_MAX, onnx-tf
+    # as +inf (openWakeWord's melspectrogram); c − RELU(c − x) is 0 or NaN there, not x
+    import tensorflow as tf
+
+    shape = (1, 8)
+    original = _tflite(lambda x: tf.maximum(tf.minimum(x * 2.0, np.inf), 1e-3) * 3.0, shape)
+    onnx_tf = _with_constant(original, np.float32(np.finfo(np.float32).max), np.inf)
+    for model in (original, onnx_tf):
+        assert "MINIMUM" in _ops(model)
+        rewritten, applied = rewrites.apply(model, ["minimum"])
+        assert [a.name for a in applied] == ["minimum"]
+        assert "MINIMUM" not in _ops(rewritten) and "SUB" not in _ops(rewritten)
+        _same_values(model, rewritten, [shape])
+    # a MINIMUM with −inf or NaN is left as it is, and so is one that writes a graph output
+    for bound in (-np.inf, np.nan):
+        other = _with_constant(original, np.float32(np.finfo(np.float32).max), bound)
+        assert rewrites.apply(other, ["minimum"]) == (other, [])
+    output = _tflite(lambda x: tf.minimum(x * 2.0, np.inf), shape)
+    assert rewrites.apply(output, ["minimum"]) == (output, [])
+
+
+def _with_constant(content: bytes, old, new) -> bytes:
+    """The model with every scalar float constant equal to `old` holding `new`."""
+    from edgeopt.tflite_edit import constant, set_constant
+
+    model = unpack(content)
+    for tensor in model.subgraphs[0].tensors:
+        values = constant(model, tensor)
+        if values is not None and values.size == 1 and values.dtype == np.float32 \
+                and values.item() == old:
+            set_constant(model, tensor, np.full(values.shape, new, np.float32))
+    return pack(model)
+
+
+def test_the_float_check_counts_a_nan_the_rewrite_brings_as_an_error():
+    from edgeopt.rewrite_step import _relative_error
+
+    a = np.array([1.0, 2.0, 4.0], np.float32)
+    assert _relative_error([a], [a + 0.004]) == pytest.approx(0.001, rel=1e-3)
+    assert _relative_error([a], [np.array([1.0, np.nan, 4.0])]) == np.inf
+    assert _relative_error([np.array([1.0, np.inf])], [np.array([1.0, np.inf])]) == 0.0
+
+
+def test_an_op_rewrite_fixes_the_shapes_a_converter_left_dynamic_first():
+    # a fixed input whose tensors keep a −1 batch: the op rewrites need them fixed first
+    import tensorflow as tf
+
+    from edgeopt.rewrites.edit import Edit
+
+    content = _tflite(lambda x: tf.expand_dims(tf.nn.relu(x), 1) * 2.0, (None, 6, 4))
+    model = unpack(content)
+    graph = model.subgraphs[0]
+    Edit(model, graph).tensor(graph.inputs[0]).shapeSignature = None  # as the build fixes it
+    fixed_input = pack(model)
+    rewritten, applied = rewrites.apply(fixed_input, ["reshapes"])
+    assert [a.name for a in applied] == ["static_shapes", "reshapes"]
+    assert "EXPAND_DIMS" not in _ops(rewritten)
+    _same_values(fixed_input, rewritten, [(1, 6, 4)])
+
+
+def test_expand_dims_with_a_dynamic_batch_becomes_a_reshape_that_infers_it():
+    # basic-pitch's .tflite: a −1 batch in the input and every tensor (the build ships it
+    # so, LiteRT runs it at batch 1); its 19 EXPAND_DIMS kept 90% of it off the GPU
+    import tensorflow as tf
+
+    content = _tflite(lambda x: tf.expand_dims(tf.nn.relu(x), 1) * 2.0, (None, 6, 4))
+    rewritten, applied = rewrites.apply(content, ["reshapes"])
+    assert [a.name for a in applied] == ["reshapes"]
+    assert "EXPAND_DIMS" not in _ops(rewritten)
+    _same_values(content, rewritten, [(1, 6, 4)])
+    two = _tflite(lambda x: tf.expand_dims(tf.nn.relu(x), 1) * 2.0, (None, None, 4))
+    assert rewrites.apply(two, ["reshapes"]) == (two, [])  # two unknowns: left alone
