@@ -74,6 +74,7 @@ def features(sample: Sample, prior: DeviceProfile, unit: str) -> GraphFeatures:
         key = compute_key(k)
         if key is not None:
             terms[key] = terms.get(key, 0.0) + peak_compute_s(k, hw.unit(unit))
+            terms[("kweight", unit)] = terms.get(("kweight", unit), 0.0) + k.weight_bytes
         else:
             terms[("kmem", unit)] = terms.get(("kmem", unit), 0.0) + k.bytes_moved
         if k.kind in OVERHEAD_TYPES:
@@ -92,7 +93,9 @@ def prior_values(prior: DeviceProfile, unit: str, keys: Sequence[Key]) -> dict[K
     hw = prior.tables()
     u = hw.unit(unit)
     anchors = {"gemm": "conv", "depthwise": "depthwise"}
-    values: dict[Key, float] = {("kmem", unit): 1.0 / hw.memory[u.memory[0]].bandwidth.value}
+    values: dict[Key, float] = {("kmem", unit): 1.0 / hw.memory[u.memory[0]].bandwidth.value,
+                                ("kweight", unit): 1.0 / hw.memory[
+                                    u.weight_memory or u.memory[-1]].bandwidth.value}
     for key in keys:
         if key[0] == "keff":
             dtype = key[2] if key[2] in u.efficiency else next(iter(u.efficiency))
@@ -110,7 +113,7 @@ def blocks(keys: Sequence[Key], rows: int) -> list[list[Key]]:
     eff = sorted(k for k in keys if k[0] == "keff")
     dtypes = sorted({k[2] for k in eff})
     invoke = [[k] for k in sorted(keys) if k[0] == "kinvoke"]
-    memory = [[k] for k in sorted(keys) if k[0] == "kmem"]
+    memory = [[k] for k in sorted(keys) if k[0] in ("kmem", "kweight")]
     overhead = [[k] for k in sorted(keys) if k[0] == "kovh"]
     # the depthwise efficiency moves with the GEMM one of its dtype (the prior's ratio):
     # held out, a family that alone has most depthwise kernels (the MobileNets) is then

@@ -16,6 +16,7 @@ from edgeopt.devices.corpus_fit import fit_samples, predict_s, prior_profile, wr
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.fitted import parse_fit
 from edgeopt.devices.kernel_fit import fit_kernel, with_kernel_fit
+from edgeopt.devices.kernel_model import kernel_time
 from edgeopt.devices.kernels import group_kernels
 from edgeopt.devices.opcost import op_costs, tensor_bytes
 from edgeopt.devices.profile import load_profile
@@ -98,6 +99,34 @@ def test_a_broadcast_that_writes_a_larger_tensor_is_not_a_small_kernels_epilogue
     assert gate_conv == ("conv", ["CONV_2D", "LOGISTIC"])
 
 
+def _grouped(layers, x):
+    y = layers.Conv2D(8, 1)(x)
+    y = layers.Conv2D(8, 3, padding="same", groups=8)(y)    # depthwise, as ConvNeXt writes it
+    return layers.Conv2D(8, 3, padding="same", groups=2)(y)  # a grouped conv: 4 deep
+
+
+def test_a_grouped_conv_one_channel_deep_is_a_depthwise_kernel():
+    g = read_tflite(_convert(_grouped))
+    got = [(k.kind, [g.ops[i].op for i in k.ops]) for k in _kernels(g)]
+    assert got == [("conv", ["CONV_2D"]), ("depthwise", ["CONV_2D"]), ("conv", ["CONV_2D"])]
+
+
+def test_a_kernel_counts_its_parameters_and_pays_for_them_where_the_fit_says(block_graph):
+    g = block_graph
+    kernels = _kernels(g)
+    for k in kernels:
+        constants = {t for i in k.ops for t in g.ops[i].inputs
+                     if t >= 0 and g.tensors[t].is_constant}
+        assert k.weight_bytes == sum(tensor_bytes(g.tensors[t]) for t in constants)
+    conv = kernels[0]
+    unit = load_profile("rpi5-cpu").tables().unit("cpu")
+    values = {("keff", "cpu", conv.dtype, "gemm"): 1.0}
+    plain = kernel_time(conv, unit, values)
+    streamed = kernel_time(conv, unit, {**values, ("kweight", "cpu"): 1e-9})
+    assert streamed.latency_s == pytest.approx(plain.latency_s + conv.weight_bytes * 1e-9)
+    assert streamed.compute_s == plain.compute_s and streamed.memory_s > 0
+
+
 def test_ops_on_different_units_never_share_a_kernel(block_graph):
     g = block_graph
     units = ["cpu"] * len(g.ops)
@@ -111,7 +140,7 @@ TRUTH = {"int8": (1 / 0.3, 120e-6), "float32": (1 / 0.55, 300e-6)}   # 1/efficie
 
 
 def _truth_values(unit: str) -> dict:
-    values = {("kmem", unit): 1 / 20e9}
+    values = {("kmem", unit): 1 / 20e9, ("kweight", unit): 1 / 10e9}
     for dtype, (x, invoke) in TRUTH.items():
         values[("keff", unit, dtype, "gemm")] = x
         values[("kinvoke", unit, dtype)] = invoke
@@ -142,7 +171,7 @@ def test_the_kernel_fit_recovers_a_synthetic_devices_values(chains):
     truth = _truth_values(unit)
     rows = _device_rows(chains, with_kernel_fit(prior, truth))
     values, info = fit_kernel([r.sample for r in rows], prior)
-    for key in [k for k in truth if k[0] in ("keff", "kinvoke")]:
+    for key in [k for k in truth if k[0] in ("keff", "kinvoke", "kweight")]:
         assert values[key] == pytest.approx(truth[key], rel=0.02), key
     assert info["rows"] == len(rows) and info["values_per_row"] == pytest.approx(
         info["values"] / len(rows), abs=1e-3)
@@ -157,7 +186,7 @@ def test_few_rows_tie_the_kernel_values(chains):
     _, few = fit_kernel([r.sample for r in rows], prior)
     _, many = fit_kernel([r.sample for r in _device_rows(
         chains, with_kernel_fit(prior, _truth_values(prior.tables().main_unit)))], prior)
-    assert (few["values"], many["values"]) == (1, 4)   # one scale; per dtype
+    assert (few["values"], many["values"]) == (1, 5)   # one scale; per dtype + parameters
     assert few["values_per_row"] == pytest.approx(1 / 3, abs=1e-3)
 
 
