@@ -2,8 +2,9 @@
 
 A sample's latency is linear in the kernel values: per graph, the columns are its GEMM
 and depthwise kernels' arithmetic at peak (per dtype) and their parameter bytes, the bytes
-its low-arithmetic kernels move, its standalone element-wise kernels, and 1 for the per-inference cost of
-its dtype; what ops on other units cost (the roofline) is a constant. The solve is
+its low-arithmetic kernels move, its standalone element-wise kernels, and 1 for the
+per-inference cost of its dtype; what ops on other units cost (the roofline) is a
+constant. The solve is
 non-negative least squares on log-like errors (each row divided by sqrt(measured x
 estimated), re-estimated a few times: plain relative errors favour estimating too fast),
 with two guards against the few rows a profile has:
