@@ -15,7 +15,13 @@ with two guards against the few rows a profile has:
   than ``ROWS_PER_VALUE`` rows per value the element-wise overhead is not fitted either;
   with fewer still, one scale on all the prior's values;
 * a small ridge (``RIDGE``, on values scaled to their column) for the values the rows
-  barely constrain; a value no row touches keeps the prior's figure.
+  barely constrain; a value no row touches keeps the prior's figure;
+* a ceiling: no compute efficiency may exceed ``EFFICIENCY_CEILING`` (1.0) of the unit's
+  stated peak (at the kernel's array utilization): a unit cannot beat its peak, and rows
+  whose arithmetic grows with their parameter bytes (every int8 ImageNet classifier) would
+  otherwise fit the arithmetic free and cost a large-arithmetic graph near nothing. The
+  ceiling is a lower bound on the multiplier of every block with an efficiency in it (a
+  block's values move together, so the highest prior efficiency in it sets the bound).
 
     >>> values, info = fit_kernel(samples, prior_profile("snapdragon-npu"))  # doctest: +SKIP
     >>> info["values"], info["rows"]                                          # doctest: +SKIP
@@ -46,6 +52,7 @@ from edgeopt.devices.opcost import op_costs
 from edgeopt.devices.profile import DeviceProfile
 
 RIDGE = 1e-3
+EFFICIENCY_CEILING = 1.0         # share of the unit's stated peak
 ROWS_PER_VALUE = 4
 REWEIGHTINGS = 4
 Key = tuple
@@ -141,7 +148,8 @@ def fit_kernel(samples: Sequence[Sample], prior: DeviceProfile) -> tuple[dict[Ke
     a = np.array([[sum(f.terms.get(k, 0.0) * start[k] for k in block) for block in groups]
                   for f in feats])
     b = measured - np.array([f.other_s for f in feats])
-    u = _solve(a, b, measured, weights)
+    u = _solve(a, b, measured, weights, np.array([_lowest_multiplier(block, start)
+                                                  for block in groups]))
     # only values some row touches (keys); the estimate takes the prior's for the rest
     values = {k: start[k] for k in keys}
     for block, multiplier in zip(groups, u):
@@ -152,18 +160,29 @@ def fit_kernel(samples: Sequence[Sample], prior: DeviceProfile) -> tuple[dict[Ke
     return values, info
 
 
-def _solve(a: np.ndarray, b: np.ndarray, measured: np.ndarray, weights: np.ndarray
-           ) -> np.ndarray:
-    """Non-negative multipliers of ``a``'s columns for ``b``, on log-like errors."""
+def _lowest_multiplier(block: Sequence[Key], start: dict[Key, float]) -> float:
+    """The least multiplier of ``block``'s prior values that keeps each efficiency in it
+    at or below the ceiling (a keff value is 1/efficiency; 0 for a block without one)."""
+    return max((1.0 / (EFFICIENCY_CEILING * start[k]) for k in block if k[0] == "keff"),
+               default=0.0)
+
+
+def _solve(a: np.ndarray, b: np.ndarray, measured: np.ndarray, weights: np.ndarray,
+           lower: np.ndarray) -> np.ndarray:
+    """Multipliers of ``a``'s columns for ``b``, each at least ``lower``, on log-like
+    errors (the bounded problem is non-negative least squares on the excess over
+    ``lower``; the ridge still pulls each multiplier towards 0)."""
     column = np.where(a.max(0) > 0, a.max(0), 1.0)
     scaled = a / column
+    low = lower * column
     ridge = math.sqrt(RIDGE) * np.eye(a.shape[1])
     denominator = measured.copy()
-    u = np.zeros(a.shape[1])
+    u = low.copy()
     for _ in range(REWEIGHTINGS + 1):
         w = np.sqrt(weights) / denominator
-        u = nnls(np.vstack([scaled * w[:, None], ridge]),
-                 np.concatenate([b * w, np.zeros(a.shape[1])]))
+        excess = nnls(np.vstack([scaled * w[:, None], ridge]),
+                      np.concatenate([(b - scaled @ low) * w, -ridge @ low]))
+        u = low + excess
         estimate = np.maximum(scaled @ u + (measured - b), 1e-12)
         denominator = np.sqrt(measured * estimate)
     return u / column

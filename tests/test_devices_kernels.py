@@ -15,7 +15,7 @@ from test_estimate import conv_chain
 from edgeopt.devices.corpus_fit import fit_samples, predict_s, prior_profile, write_fit
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.fitted import parse_fit
-from edgeopt.devices.kernel_fit import fit_kernel, with_kernel_fit
+from edgeopt.devices.kernel_fit import EFFICIENCY_CEILING, fit_kernel, with_kernel_fit
 from edgeopt.devices.kernel_model import kernel_time
 from edgeopt.devices.kernels import group_kernels
 from edgeopt.devices.opcost import op_costs, tensor_bytes
@@ -177,6 +177,20 @@ def test_the_kernel_fit_recovers_a_synthetic_devices_values(chains):
         info["values"] / len(rows), abs=1e-3)
     assert predict_s([r.sample for r in rows], with_kernel_fit(prior, values)) == \
         pytest.approx([r.sample.measured_s for r in rows], rel=0.02)
+
+
+def test_no_fitted_efficiency_beats_the_units_peak(chains):
+    # a device whose int8 rows would need 1.5x the stated peak: the fit stops at the peak
+    # (efficiency 1.0, value 1.0) and the other dtype's value is still recovered
+    prior = prior_profile("rpi5-cpu")
+    unit = prior.tables().main_unit
+    truth = _truth_values(unit) | {("keff", unit, "int8", "gemm"): 1 / 1.5}
+    rows = _device_rows(chains, with_kernel_fit(prior, truth))
+    values, _ = fit_kernel([r.sample for r in rows], prior)
+    assert values[("keff", unit, "int8", "gemm")] == pytest.approx(1.0 / EFFICIENCY_CEILING)
+    assert values[("keff", unit, "float32", "gemm")] == pytest.approx(
+        truth[("keff", unit, "float32", "gemm")], rel=0.05)
+    assert min(v for k, v in values.items() if k[0] == "keff") >= 1.0 / EFFICIENCY_CEILING
 
 
 def test_few_rows_tie_the_kernel_values(chains):
