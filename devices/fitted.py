@@ -24,7 +24,8 @@ values over them:
     "sync/npu_dram" = 1e-05              # s per partition switch
 
 With ``method = "kernel"`` the values are the kernel-level model's (kernel_model.py):
-``"keff/npu/int8/gemm"`` (share of peak), ``"kmem/npu"`` (bytes/s), ``"kovh/npu/elementwise"``
+``"keff/npu/int8/gemm"`` (share of peak), ``"kmem/npu"`` and ``"kweight/npu"`` (bytes/s),
+``"kovh/npu/elementwise"``
 and ``"kinvoke/npu/int8"`` (s); the estimator costs the fitted unit's kernels with them.
 
 A profile without the table is a prior: `basis_text` says "prior: unvalidated".
@@ -98,7 +99,7 @@ def _round(value: float) -> float:
     return float(f"{value:.6g}")
 
 
-INVERTED = ("eff", "bw", "keff", "kmem")   # stored as their inverses in the fit
+INVERTED = ("eff", "bw", "keff", "kmem", "kweight")   # stored as their inverses in the fit
 
 
 def _shown(key: Key, value: float) -> float:
@@ -111,7 +112,7 @@ def _internal(key: Key, value: float) -> float:
 
 
 _KEY_PARTS = {"eff": 4, "ovh": 3, "invoke": 2, "bw": 2, "sync": 2,
-              "keff": 4, "kmem": 2, "kovh": 3, "kinvoke": 3}
+              "keff": 4, "kmem": 2, "kweight": 2, "kovh": 3, "kinvoke": 3}
 TIMES = ("ovh", "invoke", "sync", "kovh", "kinvoke")   # may fit to zero
 
 

@@ -1,9 +1,10 @@
 """Fit the kernel-level model (kernel_model.py) to measured latencies.
 
 A sample's latency is linear in the kernel values: per graph, the columns are its GEMM
-and depthwise kernels' arithmetic at peak (per dtype), the bytes its low-arithmetic
-kernels move, its standalone element-wise kernels, and 1 for the per-inference cost of
-its dtype; what ops on other units cost (the roofline) is a constant. The solve is
+and depthwise kernels' arithmetic at peak (per dtype) and their parameter bytes, the bytes
+its low-arithmetic kernels move, its standalone element-wise kernels, and 1 for the
+per-inference cost of its dtype; what ops on other units cost (the roofline) is a
+constant. The solve is
 non-negative least squares on log-like errors (each row divided by sqrt(measured x
 estimated), re-estimated a few times: plain relative errors favour estimating too fast),
 with two guards against the few rows a profile has:
@@ -14,7 +15,13 @@ with two guards against the few rows a profile has:
   than ``ROWS_PER_VALUE`` rows per value the element-wise overhead is not fitted either;
   with fewer still, one scale on all the prior's values;
 * a small ridge (``RIDGE``, on values scaled to their column) for the values the rows
-  barely constrain; a value no row touches keeps the prior's figure.
+  barely constrain; a value no row touches keeps the prior's figure;
+* a ceiling: no compute efficiency may exceed ``EFFICIENCY_CEILING`` (1.0) of the unit's
+  stated peak (at the kernel's array utilization): a unit cannot beat its peak, and rows
+  whose arithmetic grows with their parameter bytes (every int8 ImageNet classifier) would
+  otherwise fit the arithmetic free and cost a large-arithmetic graph near nothing. The
+  ceiling is a lower bound on the multiplier of every block with an efficiency in it (a
+  block's values move together, so the highest prior efficiency in it sets the bound).
 
     >>> values, info = fit_kernel(samples, prior_profile("snapdragon-npu"))  # doctest: +SKIP
     >>> info["values"], info["rows"]                                          # doctest: +SKIP
@@ -45,6 +52,7 @@ from edgeopt.devices.opcost import op_costs
 from edgeopt.devices.profile import DeviceProfile
 
 RIDGE = 1e-3
+EFFICIENCY_CEILING = 1.0         # share of the unit's stated peak
 ROWS_PER_VALUE = 4
 REWEIGHTINGS = 4
 Key = tuple
@@ -74,6 +82,7 @@ def features(sample: Sample, prior: DeviceProfile, unit: str) -> GraphFeatures:
         key = compute_key(k)
         if key is not None:
             terms[key] = terms.get(key, 0.0) + peak_compute_s(k, hw.unit(unit))
+            terms[("kweight", unit)] = terms.get(("kweight", unit), 0.0) + k.weight_bytes
         else:
             terms[("kmem", unit)] = terms.get(("kmem", unit), 0.0) + k.bytes_moved
         if k.kind in OVERHEAD_TYPES:
@@ -92,7 +101,9 @@ def prior_values(prior: DeviceProfile, unit: str, keys: Sequence[Key]) -> dict[K
     hw = prior.tables()
     u = hw.unit(unit)
     anchors = {"gemm": "conv", "depthwise": "depthwise"}
-    values: dict[Key, float] = {("kmem", unit): 1.0 / hw.memory[u.memory[0]].bandwidth.value}
+    values: dict[Key, float] = {("kmem", unit): 1.0 / hw.memory[u.memory[0]].bandwidth.value,
+                                ("kweight", unit): 1.0 / hw.memory[
+                                    u.weight_memory or u.memory[-1]].bandwidth.value}
     for key in keys:
         if key[0] == "keff":
             dtype = key[2] if key[2] in u.efficiency else next(iter(u.efficiency))
@@ -110,7 +121,7 @@ def blocks(keys: Sequence[Key], rows: int) -> list[list[Key]]:
     eff = sorted(k for k in keys if k[0] == "keff")
     dtypes = sorted({k[2] for k in eff})
     invoke = [[k] for k in sorted(keys) if k[0] == "kinvoke"]
-    memory = [[k] for k in sorted(keys) if k[0] == "kmem"]
+    memory = [[k] for k in sorted(keys) if k[0] in ("kmem", "kweight")]
     overhead = [[k] for k in sorted(keys) if k[0] == "kovh"]
     # the depthwise efficiency moves with the GEMM one of its dtype (the prior's ratio):
     # held out, a family that alone has most depthwise kernels (the MobileNets) is then
@@ -137,7 +148,8 @@ def fit_kernel(samples: Sequence[Sample], prior: DeviceProfile) -> tuple[dict[Ke
     a = np.array([[sum(f.terms.get(k, 0.0) * start[k] for k in block) for block in groups]
                   for f in feats])
     b = measured - np.array([f.other_s for f in feats])
-    u = _solve(a, b, measured, weights)
+    u = _solve(a, b, measured, weights, np.array([_lowest_multiplier(block, start)
+                                                  for block in groups]))
     # only values some row touches (keys); the estimate takes the prior's for the rest
     values = {k: start[k] for k in keys}
     for block, multiplier in zip(groups, u):
@@ -148,18 +160,29 @@ def fit_kernel(samples: Sequence[Sample], prior: DeviceProfile) -> tuple[dict[Ke
     return values, info
 
 
-def _solve(a: np.ndarray, b: np.ndarray, measured: np.ndarray, weights: np.ndarray
-           ) -> np.ndarray:
-    """Non-negative multipliers of ``a``'s columns for ``b``, on log-like errors."""
+def _lowest_multiplier(block: Sequence[Key], start: dict[Key, float]) -> float:
+    """The least multiplier of ``block``'s prior values that keeps each efficiency in it
+    at or below the ceiling (a keff value is 1/efficiency; 0 for a block without one)."""
+    return max((1.0 / (EFFICIENCY_CEILING * start[k]) for k in block if k[0] == "keff"),
+               default=0.0)
+
+
+def _solve(a: np.ndarray, b: np.ndarray, measured: np.ndarray, weights: np.ndarray,
+           lower: np.ndarray) -> np.ndarray:
+    """Multipliers of ``a``'s columns for ``b``, each at least ``lower``, on log-like
+    errors (the bounded problem is non-negative least squares on the excess over
+    ``lower``; the ridge still pulls each multiplier towards 0)."""
     column = np.where(a.max(0) > 0, a.max(0), 1.0)
     scaled = a / column
+    low = lower * column
     ridge = math.sqrt(RIDGE) * np.eye(a.shape[1])
     denominator = measured.copy()
-    u = np.zeros(a.shape[1])
+    u = low.copy()
     for _ in range(REWEIGHTINGS + 1):
         w = np.sqrt(weights) / denominator
-        u = nnls(np.vstack([scaled * w[:, None], ridge]),
-                 np.concatenate([b * w, np.zeros(a.shape[1])]))
+        excess = nnls(np.vstack([scaled * w[:, None], ridge]),
+                      np.concatenate([(b - scaled @ low) * w, -ridge @ low]))
+        u = low + excess
         estimate = np.maximum(scaled @ u + (measured - b), 1e-12)
         denominator = np.sqrt(measured * estimate)
     return u / column

@@ -4,6 +4,7 @@ Per fused kernel (kernels.py) on a unit the profile's fit covers, by kernel type
 
     GEMM kernel (conv, dense)          x[dtype, gemm]      x arithmetic / peak[dtype]
     depthwise kernel (depthwise, dwsep) x[dtype, depthwise] x arithmetic / peak[dtype]
+    either also pays w x the bytes of its parameters (streamed from DRAM each inference)
     low-arithmetic kernel (pool, element-wise, movement, other): y x bytes it moves
     a standalone element-wise kernel also pays o (its dispatch and requantization)
     model = kinvoke[dtype] + sum of its kernels
@@ -13,7 +14,8 @@ is the kernel's compute dtype (the graph's for ``kinvoke``: that of its GEMM ker
 The terms add (no roofline maximum): which kernels are compute- and which memory-bound is
 the kernel type's, as nn-Meter predicts each kernel type by its own model. Fitted values
 live in a profile's ``[fit]`` table with ``method = "kernel"`` (fitted.py):
-``keff/UNIT/DTYPE/GROUP`` (share of peak), ``kmem/UNIT`` (bytes/s), ``kovh/UNIT/TYPE`` and
+``keff/UNIT/DTYPE/GROUP`` (share of peak), ``kmem/UNIT`` and ``kweight/UNIT`` (bytes/s;
+a fit without ``kweight`` costs parameters nothing), ``kovh/UNIT/TYPE`` and
 ``kinvoke/UNIT/DTYPE`` (s); kernel_fit.py fits them. Ops on other units keep the roofline.
 
     >>> kernel_time(kernel, hw.unit("npu"), profile.fit.values).latency_s  # doctest: +SKIP
@@ -83,6 +85,7 @@ def kernel_time(kernel: Kernel, unit: ComputeUnit, values: Mapping[Key, float],
     compute = memory = 0.0
     if key is not None:
         compute = _factor(values, key) * peak_compute_s(kernel, unit)
+        memory = values.get(("kweight", kernel.unit), 0.0) * kernel.weight_bytes
     else:
         memory = values.get(("kmem", kernel.unit), prior_s_per_byte) * kernel.bytes_moved
     overhead = values.get(("kovh", kernel.unit, kernel.kind), 0.0)

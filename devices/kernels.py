@@ -15,7 +15,11 @@ kernel's dispatch, not every op's. The rules, applied in execution order:
   broadcast onto a larger tensor, squeeze-excitation's gate times the feature map, is a
   pass of its own);
 * a pointwise (1x1) convolution folds into a depthwise kernel the same way (``dwsep``);
-* anything else starts a kernel of its own, typed by its op kind (`KERNEL_TYPES`).
+* anything else starts a kernel of its own, typed by its op kind (`KERNEL_TYPES`; a
+  grouped CONV_2D with one input channel per group is a depthwise kernel, `kernel_type`).
+
+Each kernel also counts the bytes of its parameters (``weight_bytes``): on an NPU whose
+on-chip memory holds a few MB they stream from DRAM at every inference.
 
     >>> [(k.kind, k.ops) for k in group_kernels(graph, costs, units)]   # doctest: +SKIP
     [('conv', (0, 1)), ('dwsep', (2, 3, 4, 5)), ('dense', (6,))]
@@ -50,6 +54,7 @@ class Kernel:
     arithmetic: float
     bytes_moved: float
     gemm: tuple[int, int] = (0, 0)   # the anchor's (K, N) as a matrix product
+    weight_bytes: float = 0.0        # the parameters among bytes_moved
 
     @property
     def anchor(self) -> int:
@@ -62,6 +67,18 @@ class _Open:
     ops: list[int]
     unit: str
     output: int            # the tensor its last op wrote
+
+
+def kernel_type(graph: Graph, op, cost: OpCost) -> str:
+    """The type of the kernel ``op`` starts: its op kind's (`KERNEL_TYPES`), except that a
+    CONV_2D whose filter is one channel deep on an input of several channels is a
+    depthwise convolution written as a grouped one (Keras' ConvNeXt writes its 7x7
+    depthwise convolutions so): one filter per channel, a depthwise kernel's arithmetic."""
+    if op.op == "CONV_2D" and len(op.inputs) > 1 and min(op.inputs[:2]) >= 0:
+        data, weights = (graph.tensors[t].shape for t in op.inputs[:2])
+        if len(data) == 4 and len(weights) == 4 and weights[-1] == 1 and data[-1] > 1:
+            return "depthwise"
+    return KERNEL_TYPES.get(cost.kind, "other")
 
 
 def _readers(graph: Graph, ops) -> dict[int, int]:
@@ -94,7 +111,7 @@ def group_kernels(graph: Graph, costs: Sequence[OpCost], units: Sequence[str]
         unit = units[cost.index]
         target = _fold_target(graph, op, cost, unit, by_output, readers)
         if target is None:
-            target = _Open(KERNEL_TYPES.get(cost.kind, "other"), [], unit, -1)
+            target = _Open(kernel_type(graph, op, cost), [], unit, -1)
             kernels.append(target)
         elif cost.kind == "pointwise":
             target.kind = "dwsep"
@@ -153,7 +170,9 @@ def _close(graph: Graph, k: _Open, costs: Sequence[OpCost], ops,
     written = {t for t in inside if read_by.get(t, set()) - members or t in graph.outputs}
     half = by_index[k.ops[0]].dtype == "float16"   # float32 tensors run as fp16
     moved = sum(moved_bytes(graph.tensors[t], half) for t in read | written)
+    weights = sum(moved_bytes(graph.tensors[t], half) for t in read
+                  if graph.tensors[t].is_constant)
     anchor = by_index[k.ops[0]]
     return Kernel(k.kind, tuple(k.ops), k.unit, anchor.dtype,
                   float(sum(by_index[i].ops for i in k.ops)), moved,
-                  (anchor.gemm_k, anchor.gemm_n))
+                  (anchor.gemm_k, anchor.gemm_n), weights)

@@ -15,7 +15,8 @@ from test_estimate import conv_chain
 from edgeopt.devices.corpus_fit import fit_samples, predict_s, prior_profile, write_fit
 from edgeopt.devices.estimator import estimate
 from edgeopt.devices.fitted import parse_fit
-from edgeopt.devices.kernel_fit import fit_kernel, with_kernel_fit
+from edgeopt.devices.kernel_fit import EFFICIENCY_CEILING, fit_kernel, with_kernel_fit
+from edgeopt.devices.kernel_model import kernel_time
 from edgeopt.devices.kernels import group_kernels
 from edgeopt.devices.opcost import op_costs, tensor_bytes
 from edgeopt.devices.profile import load_profile
@@ -98,6 +99,34 @@ def test_a_broadcast_that_writes_a_larger_tensor_is_not_a_small_kernels_epilogue
     assert gate_conv == ("conv", ["CONV_2D", "LOGISTIC"])
 
 
+def _grouped(layers, x):
+    y = layers.Conv2D(8, 1)(x)
+    y = layers.Conv2D(8, 3, padding="same", groups=8)(y)    # depthwise, as ConvNeXt writes it
+    return layers.Conv2D(8, 3, padding="same", groups=2)(y)  # a grouped conv: 4 deep
+
+
+def test_a_grouped_conv_one_channel_deep_is_a_depthwise_kernel():
+    g = read_tflite(_convert(_grouped))
+    got = [(k.kind, [g.ops[i].op for i in k.ops]) for k in _kernels(g)]
+    assert got == [("conv", ["CONV_2D"]), ("depthwise", ["CONV_2D"]), ("conv", ["CONV_2D"])]
+
+
+def test_a_kernel_counts_its_parameters_and_pays_for_them_where_the_fit_says(block_graph):
+    g = block_graph
+    kernels = _kernels(g)
+    for k in kernels:
+        constants = {t for i in k.ops for t in g.ops[i].inputs
+                     if t >= 0 and g.tensors[t].is_constant}
+        assert k.weight_bytes == sum(tensor_bytes(g.tensors[t]) for t in constants)
+    conv = kernels[0]
+    unit = load_profile("rpi5-cpu").tables().unit("cpu")
+    values = {("keff", "cpu", conv.dtype, "gemm"): 1.0}
+    plain = kernel_time(conv, unit, values)
+    streamed = kernel_time(conv, unit, {**values, ("kweight", "cpu"): 1e-9})
+    assert streamed.latency_s == pytest.approx(plain.latency_s + conv.weight_bytes * 1e-9)
+    assert streamed.compute_s == plain.compute_s and streamed.memory_s > 0
+
+
 def test_ops_on_different_units_never_share_a_kernel(block_graph):
     g = block_graph
     units = ["cpu"] * len(g.ops)
@@ -111,7 +140,7 @@ TRUTH = {"int8": (1 / 0.3, 120e-6), "float32": (1 / 0.55, 300e-6)}   # 1/efficie
 
 
 def _truth_values(unit: str) -> dict:
-    values = {("kmem", unit): 1 / 20e9}
+    values = {("kmem", unit): 1 / 20e9, ("kweight", unit): 1 / 10e9}
     for dtype, (x, invoke) in TRUTH.items():
         values[("keff", unit, dtype, "gemm")] = x
         values[("kinvoke", unit, dtype)] = invoke
@@ -142,12 +171,26 @@ def test_the_kernel_fit_recovers_a_synthetic_devices_values(chains):
     truth = _truth_values(unit)
     rows = _device_rows(chains, with_kernel_fit(prior, truth))
     values, info = fit_kernel([r.sample for r in rows], prior)
-    for key in [k for k in truth if k[0] in ("keff", "kinvoke")]:
+    for key in [k for k in truth if k[0] in ("keff", "kinvoke", "kweight")]:
         assert values[key] == pytest.approx(truth[key], rel=0.02), key
     assert info["rows"] == len(rows) and info["values_per_row"] == pytest.approx(
         info["values"] / len(rows), abs=1e-3)
     assert predict_s([r.sample for r in rows], with_kernel_fit(prior, values)) == \
         pytest.approx([r.sample.measured_s for r in rows], rel=0.02)
+
+
+def test_no_fitted_efficiency_beats_the_units_peak(chains):
+    # a device whose int8 rows would need 1.5x the stated peak: the fit stops at the peak
+    # (efficiency 1.0, value 1.0) and the other dtype's value is still recovered
+    prior = prior_profile("rpi5-cpu")
+    unit = prior.tables().main_unit
+    truth = _truth_values(unit) | {("keff", unit, "int8", "gemm"): 1 / 1.5}
+    rows = _device_rows(chains, with_kernel_fit(prior, truth))
+    values, _ = fit_kernel([r.sample for r in rows], prior)
+    assert values[("keff", unit, "int8", "gemm")] == pytest.approx(1.0 / EFFICIENCY_CEILING)
+    assert values[("keff", unit, "float32", "gemm")] == pytest.approx(
+        truth[("keff", unit, "float32", "gemm")], rel=0.05)
+    assert min(v for k, v in values.items() if k[0] == "keff") >= 1.0 / EFFICIENCY_CEILING
 
 
 def test_few_rows_tie_the_kernel_values(chains):
@@ -157,7 +200,7 @@ def test_few_rows_tie_the_kernel_values(chains):
     _, few = fit_kernel([r.sample for r in rows], prior)
     _, many = fit_kernel([r.sample for r in _device_rows(
         chains, with_kernel_fit(prior, _truth_values(prior.tables().main_unit)))], prior)
-    assert (few["values"], many["values"]) == (1, 4)   # one scale; per dtype
+    assert (few["values"], many["values"]) == (1, 5)   # one scale; per dtype + parameters
     assert few["values_per_row"] == pytest.approx(1 / 3, abs=1e-3)
 
 
