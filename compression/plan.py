@@ -117,9 +117,14 @@ def uniform_counts(planner: Planner, target: float) -> list[int]:
 
 
 def _unreachable(planner: Planner, counts: list[int]) -> PruneError:
+    """`counts`: the most the plan could remove (every group at its limit, or as far as
+    each group could still step with its channel multiple)."""
     share = 1 - planner.cost(counts) / planner.cost([0] * len(counts))
-    return PruneError(f"cannot remove that many MACs: at most {share:.0%} of this model's "
-                      "MACs are in prunable channels")
+    most = np.floor(share * 100) / 100
+    advice = (f"ask for at most --prune {most:.2f}" if most > 0 else
+              "build it unpruned, or zero weights instead with --2:4 or --unstructured")
+    return PruneError(f"cannot remove that many MACs: pruning can take at most {share:.0%} of "
+                      f"this model's MACs (each layer keeps its limit of channels); {advice}")
 
 
 def scan_extent(planner: Planner, available: int) -> tuple[int, tuple[float, ...]]:
@@ -231,8 +236,8 @@ def _cheapest_step(planner: Planner, counts: list[int], curves: list) -> tuple[i
         score = (curves[g](new) - curves[g](count) + 1e-9) / max(cost - trial_cost, 1)
         if score < best_score:
             best, best_score, best_cost = g, score, trial_cost
-    if best < 0:
-        raise _unreachable(planner, planner.limits)
+    if best < 0:  # no group can lose another step of channels
+        raise _unreachable(planner, counts)
     return best, best_cost
 
 
@@ -258,7 +263,11 @@ def sensitivity_or_uniform(planner: Planner, target: float, sample_inputs: Any) 
     """
     model = planner.cg.model
     reference = _flat_outputs(model, sample_inputs)
-    plans = [sensitivity_counts(planner, target, sample_inputs), uniform_counts(planner, target)]
+    try:
+        plans = [sensitivity_counts(planner, target, sample_inputs)]
+    except PruneError:  # the greedy can stall (channel multiples) short of what one ratio
+        plans = []      # for every group reaches: the uniform plan then decides alone
+    plans.append(uniform_counts(planner, target))
     errors = [_output_change(planner, counts, sample_inputs, reference) for counts in plans]
     return plans[int(np.argmin(errors))]
 
