@@ -7,6 +7,7 @@ needs it, is set afterwards with LiteRT's model-interface tool.
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 
@@ -70,8 +71,6 @@ def dequantize_for_float_readers(model: bytes) -> bytes:
     op it keeps float the output's DEQUANTIZE, which the IO change turns into a QUANTIZE to
     the integer IO type) gets a DEQUANTIZE of its own for those readers: without it LiteRT
     refuses the model (basic-pitch's EXPAND_DIMS on coral-usb)."""
-    import copy
-
     unpacked = tflite_edit.unpack(model)
     if unpacked is None:
         return model
