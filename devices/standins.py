@@ -78,6 +78,16 @@ KERAS_STANDINS: dict[str, tuple[str, float | None]] = {
     "regnet": ("RegNetX3_2GF", None),
     "regnet_y_800mf": ("RegNetY800MF", None),
     "googlenet": ("GoogLeNet", None),
+    "resnext50": ("ResNeXt50_32x4d", None),
+    "resnext101": ("ResNeXt101_32x8d", None),
+    "quicksrnetsmall": ("QuickSRNetSmall", None),
+    "quicksrnetmedium": ("QuickSRNetMedium", None),
+    "quicksrnetlarge": ("QuickSRNetLarge", None),
+    "xlsr": ("XLSR", None),
+    "sesr_m5": ("SESR_M5", None),
+    "real_esrgan_general_x4v3": ("SRVGGNetCompact", None),
+    "real_esrgan_x4plus": ("RRDBNet", None),
+    "esrgan": ("RRDBNet", None),
 }
 for _alpha in ("0.25", "0.5", "0.75", "1.0"):
     for _size in (128, 160, 192, 224):

@@ -167,6 +167,28 @@ def test_standins_follow_the_rows_input_head_and_precision():
     assert by  # the corpus loaded
 
 
+def test_super_resolution_standins_upscale_x4_and_resnext_convs_are_grouped():
+    import keras
+
+    from edgeopt.devices.standin_nets import NETWORKS, build_network
+
+    rows = {r.model: r for r in load_corpus() if r.model_family == "super-resolution"}
+    builders = {standin_for(rows[m]).builder for m in ("quicksrnetlarge", "xlsr", "sesr_m5",
+                                                        "real_esrgan_general_x4v3",
+                                                        "real_esrgan_x4plus", "esrgan")}
+    assert builders == {"QuickSRNetLarge", "XLSR", "SESR_M5", "SRVGGNetCompact", "RRDBNet"}
+    assert standin_for(rows["quicksrnetsmall"]).height == 128   # AI Hub's input spec
+    for builder in sorted(b for b, (kind, _) in NETWORKS.items()
+                          if kind in ("quicksrnet", "xlsr", "sesr", "srvgg")):
+        model = build_network(keras, builder, keras.Input((8, 12, 3), batch_size=1), 1000)
+        assert tuple(model.outputs[0].shape) == (1, 32, 48, 3), builder
+    model = build_network(keras, "ResNeXt50_32x4d", keras.Input((64, 64, 3), batch_size=1),
+                          10)
+    grouped = [la for la in model.layers if getattr(la, "groups", 1) > 1]
+    assert len(grouped) == 16 and {la.groups for la in grouped} == {32}   # one per block
+    assert grouped[0].filters == 128   # 32 groups x 4 channels
+
+
 @pytest.mark.slow
 def test_a_standin_is_built_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEOPT_STANDIN_CACHE", str(tmp_path))
