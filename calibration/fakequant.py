@@ -9,7 +9,7 @@ Two quantizers, each the grid the runtime will use:
   step and an integer zero point in [-128, 127], so the range holds 0), started from the
   calibration core's range. Two ways to learn it (`ACTIVATION_QUANTIZERS`):
 
-  - "lsq" (the default): learned step size (Esser et al., 2019, "Learned Step Size
+  - "lsq": learned step size (Esser et al., 2019, "Learned Step Size
     Quantization"). The variables are the step (held as a multiple of its start, so one
     learning rate moves every layer's step by the same share) and the zero point (in
     codes, rounded in the forward pass). The step gets the gradient of the rounding
@@ -17,14 +17,16 @@ Two quantizers, each the grid the runtime will use:
     from the clipped ones, both scaled by LSQ's `1/sqrt(N * Qp)` (N: values per sample,
     Qp = 255 steps); the zero point gets the clipped values' gradient (LSQ+'s offset).
     The step can shrink toward a finer grid, not only widen.
-  - "minmax_vars": TensorFlow's FakeQuantWithMinMaxVars on two range variables (low,
-    high): the range gets only the clipped values' gradient (PACT-style), so it can
-    widen but never shrink toward a finer step.
+  - "minmax_vars" (the default, `DEFAULT_ACTIVATION_QUANTIZER`): TensorFlow's
+    FakeQuantWithMinMaxVars on two range variables (low, high): the range gets only the
+    clipped values' gradient (PACT-style), so it can widen but never shrink toward a finer
+    step. It stays the default because LSQ measured no better on fer_emotion
+    (BENCHMARKS.md, QAT, session 10: 13 flips of 300 against 9).
 
 Gradients pass straight through the rounding of the values (Bengio et al., 2013).
 
     >>> layers = qat_layers()                                     # doctest: +SKIP
-    >>> q = layers.Quantized(conv, output_range=(-1.0, 3.0))      # LSQ on that start
+    >>> q = layers.Quantized(conv, output_range=(-1.0, 3.0), activation_quantizer="lsq")
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import numpy as np
 from edgeopt.calibration.quantgrid import ActivationGrid
 
 ACTIVATION_QUANTIZERS = ("lsq", "minmax_vars")
+DEFAULT_ACTIVATION_QUANTIZER = "minmax_vars"
 QMIN, QMAX = -128, 127     # int8 activations: asymmetric, the writers' grid
 WEIGHT_QMAX = 127          # int8 symmetric weights: [-127, 127] (TFLite, onnxruntime)
 MIN_SCALE = 1e-12          # weights.MIN_SCALE: an all-zero channel keeps a finite scale
@@ -100,7 +103,8 @@ def qat_layers() -> SimpleNamespace:
         range [low, high]: a learned step and zero point ("lsq") or a learned range
         ("minmax_vars"), `ACTIVATION_QUANTIZERS`."""
 
-        def __init__(self, low: float, high: float, mode: str = "lsq", **kwargs):
+        def __init__(self, low: float, high: float, mode: str = DEFAULT_ACTIVATION_QUANTIZER,
+                     **kwargs):
             super().__init__(**kwargs)
             if mode not in ACTIVATION_QUANTIZERS:
                 raise ValueError(f"activation quantizer '{mode}': choose from "
@@ -152,7 +156,7 @@ def qat_layers() -> SimpleNamespace:
         output may be fake-quantized on a range."""
 
         def __init__(self, inner, output_range=None, quantize_weights: bool = True,
-                     activation_quantizer: str = "lsq", **kwargs):
+                     activation_quantizer: str = DEFAULT_ACTIVATION_QUANTIZER, **kwargs):
             super().__init__(name=f"{inner.name}_qat", **kwargs)
             self.inner = inner
             self.axes = weight_reduce_axes_of(inner) if quantize_weights else None

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.calibration.fakequant import qat_layers
+from edgeopt.calibration.fakequant import DEFAULT_ACTIVATION_QUANTIZER, qat_layers
 from edgeopt.errors import ConfigError
 
 INPUT_KEY = "<input>"     # the model input's fake quantizer
@@ -228,7 +228,7 @@ def softmax_outputs(model: Any) -> set[str]:
 
 
 def qat_model(folded: Any, ranges: dict[str, tuple[float, float]],
-              activation_quantizer: str = "lsq") -> Any:
+              activation_quantizer: str = DEFAULT_ACTIVATION_QUANTIZER) -> Any:
     """The training graph: conv/dense layers with per-channel fake-quantized kernels, a
     fake quantizer (started at `ranges[layer]`; `activation_quantizer` one of
     fakequant.ACTIVATION_QUANTIZERS) on every output the runtime quantizes, and on the

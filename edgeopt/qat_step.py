@@ -23,7 +23,7 @@ import numpy as np
 
 from edgeopt.calibration.config import Precision, QuantConfig, QuantResult
 from edgeopt.calibration.engine import quantize_with
-from edgeopt.calibration.fakequant import ACTIVATION_QUANTIZERS
+from edgeopt.calibration.fakequant import ACTIVATION_QUANTIZERS, DEFAULT_ACTIVATION_QUANTIZER
 from edgeopt.calibration.finish import validate
 from edgeopt.calibration.qat import (
     fold_batchnorm,
@@ -63,9 +63,10 @@ class QatSettings:
     # fine-tuning a trained model: Adam moves every weight by about the rate at first,
     # whatever its size, and 2e-4 threw a converged model off (its held-back loss x7)
     learning_rate: float = 2e-5
-    # how activation grids learn (fakequant.ACTIVATION_QUANTIZERS): "lsq", a learned step
-    # and zero point; "minmax_vars", TF's learned range that can only widen
-    activation_quantizer: str = "lsq"
+    # how activation grids learn (fakequant.ACTIVATION_QUANTIZERS): "minmax_vars", TF's
+    # learned range that can only widen; "lsq", a learned step and zero point (measured no
+    # better on fer_emotion: BENCHMARKS.md, QAT, session 10)
+    activation_quantizer: str = DEFAULT_ACTIVATION_QUANTIZER
     # lsq: the step is held as a multiple of its start (one rate moves every layer's step
     # by the same share), the zero point in codes
     step_learning_rate: float = 5e-3
@@ -174,7 +175,8 @@ def _matches(job: QatJob, kind_model: bytes, keras_model: Any) -> dict[str, str]
 
 
 def training_graph(job: QatJob, ptq: QuantResult,
-                   activation_quantizer: str = "lsq") -> tuple[Any, Any]:
+                   activation_quantizer: str = DEFAULT_ACTIVATION_QUANTIZER
+                   ) -> tuple[Any, Any]:
     """(BN-folded float model, fake-quant training graph on the core's ranges)."""
     folded = fold_batchnorm(split_separable(job.model))
     core = {t: (r["min"], r["max"]) for t, r in ptq.ranges.items()}

@@ -98,10 +98,13 @@ def _artifact_grids(content: bytes) -> dict[str, ActivationGrid]:
     return found
 
 
-def test_the_learned_grids_are_what_the_written_tflite_carries(tmp_path, monkeypatch):
-    """QAT (its training replaced by shrinking every learned step to 0.6 of its start and
-    moving the zero point) through the step's own export and writer: each learned tensor's
-    int8 scale and zero point in the artifact are the training graph's."""
+@pytest.mark.parametrize("quantizer", ["lsq", "minmax_vars"])
+def test_the_learned_grids_are_what_the_written_tflite_carries(quantizer, tmp_path,
+                                                               monkeypatch):
+    """QAT (its training replaced by shrinking every learned grid: lsq, the step to 0.6 of
+    its start and the zero point moved; minmax_vars, both range ends to 0.6) through the
+    step's own export and writer: each learned tensor's int8 scale and zero point in the
+    artifact are the training graph's, not a re-calibration's."""
     import edgeopt.qat_step as step
 
     model, data = _model()
@@ -122,8 +125,12 @@ def test_the_learned_grids_are_what_the_written_tflite_carries(tmp_path, monkeyp
 
     def shrink(_job, view, _settings, _progress):
         for q in quantizers(view):
-            q.step.assign(0.6)
-            q.zero_point.assign(float(np.clip(q.zero_point.numpy() + 3, -128, 127)))
+            if quantizer == "lsq":
+                q.step.assign(0.6)
+                q.zero_point.assign(float(np.clip(q.zero_point.numpy() + 3, -128, 127)))
+            else:
+                q.low.assign(q.low.numpy() * 0.6)
+                q.high.assign(q.high.numpy() * 0.6)
             trained_grids.append(q.grid())
         return {"epochs_run": 1, "best_epoch": 1, "epochs_max": 1, "labels": False,
                 "samples": len(data), "history": []}
@@ -137,7 +144,8 @@ def test_the_learned_grids_are_what_the_written_tflite_carries(tmp_path, monkeyp
     monkeypatch.setattr(step, "_quantize", spy)
     job = step.QatJob(path, model, "tflite", float_tflite, {name: data}, data,
                       input_specs=None)
-    outcome = step.run_qat(job, ptq, config, step.QatSettings(enabled=True, epochs=1),
+    outcome = step.run_qat(job, ptq, config, step.QatSettings(enabled=True, epochs=1,
+                                                               activation_quantizer=quantizer),
                            "test", tmp_path, lambda _m: None)
     assert outcome.record["shipped"] == "qat"
     learned.update(written)
@@ -151,7 +159,7 @@ def test_the_learned_grids_are_what_the_written_tflite_carries(tmp_path, monkeyp
         assert got.zero_point == want.zero_point, tensor
         assert got.scale == pytest.approx(want.scale, rel=1e-6), tensor
         before = ptq_grids.get(tensor, ptq_grids.get(f"{tensor}_quantized"))
-        assert got.scale < 0.7 * before.scale, tensor    # shrunk: finer than PTQ's grid
+        assert got.scale < 0.7 * before.scale, tensor  # shrunk: finer than PTQ's grid
     # ... and they are the grids the training graph computed on, one for one
     on_grid = sorted((g.zero_point, g.scale) for g in trained_grids)
     in_file = sorted((g.zero_point, g.scale) for g in shipped.values())
