@@ -8,7 +8,6 @@ float `.tflite` in LiteRT on the 300 held-out faces. One JSON line per run is ap
 
     python benchmarks/qat_settings.py TAG '{"d_temperature": 1.0}' [--workdir DIR]
     python benchmarks/qat_settings.py ptq '{"qat": false}'      # PTQ alone, same harness
-    python benchmarks/qat_settings.py old '{"s_activation_quantizer": "minmax_vars"}'
 """
 
 from __future__ import annotations
@@ -38,38 +37,15 @@ def _override(settings: dict) -> None:
     quantize.QatSettings = lambda *a, **kw: dataclasses.replace(qat_settings(*a, **kw), **qat)
 
 
-def logits_grid(content: bytes) -> dict | None:
-    """The int8 scale and zero point of the SOFTMAX's input (fer_emotion's logits, the
-    MEAN output) in a written `.tflite`: where the learned step matters most."""
-    from edgeopt.model import tflite_interpreter
-
-    interpreter = tflite_interpreter(content)
-    details = {t["index"]: t for t in interpreter.get_tensor_details()}
-    for op in interpreter._get_ops_details():
-        if op["op_name"] == "SOFTMAX":
-            q = details[int(op["inputs"][0])]["quantization_parameters"]
-            if len(q["scales"]) == 1:
-                scale, zero = float(q["scales"][0]), int(q["zero_points"][0])
-                return {"scale": scale, "zero_point": zero,
-                        "range": [scale * (-128 - zero), scale * (127 - zero)]}
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
+    import qat as bench
+    import tensorflow as tf
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tag")
     parser.add_argument("settings", nargs="?", default="{}", help="JSON object")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/edgeopt-qat-settings"))
-    parser.add_argument("--no-onednn", action="store_true",
-                        help="TF_ENABLE_ONEDNN_OPTS=0 (on the Xeon with AMX of 2026-12-02, "
-                             "TF 2.21's oneDNN kernels crashed fer_emotion's QAT training "
-                             "step, both activation quantizers)")
     args = parser.parse_args(argv)
-    if args.no_onednn:   # read once, when TensorFlow loads: before any import of it
-        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
-    import qat as bench
-    import tensorflow as tf
-
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(2)
     settings = json.loads(args.settings)
@@ -98,10 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             "flips": int((picks != reference).sum()),
             "seconds": round(time.monotonic() - started, 1), "qat_seconds": qat.get("seconds"),
             "epochs_run": qat.get("epochs_run"), "best_epoch": qat.get("best_epoch"),
-            "logits_grid": logits_grid(out.read_bytes()),
             "held_back": [(h.get("epoch"), h.get("val_loss"), h.get("agreement"))
                           for h in qat.get("history", [])],
-            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
             "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
             "load_average": os.getloadavg()}
     print(json.dumps(line))

@@ -5,28 +5,16 @@ Two quantizers, each the grid the runtime will use:
 * weights: symmetric int8 per output channel, `scale = max|w| / 127`, codes in
   [-127, 127] -- what `weights.quantize_rtn` gives and ai-edge-quantizer / onnxruntime
   store;
-* activations: asymmetric int8 per tensor, the grid of `quantgrid.ActivationGrid` (a
-  step and an integer zero point in [-128, 127], so the range holds 0), started from the
-  calibration core's range. Two ways to learn it (`ACTIVATION_QUANTIZERS`):
+* activations: asymmetric int8 per tensor on a range [lo, hi] widened to hold 0, the grid
+  of `quantgrid.ActivationGrid` (TensorFlow's FakeQuantWithMinMaxVars nudges to the same
+  scale and zero point). The range is two trainable variables started from the
+  calibration core's estimate.
 
-  - "lsq": learned step size (Esser et al., 2019, "Learned Step Size
-    Quantization"). The variables are the step (held as a multiple of its start, so one
-    learning rate moves every layer's step by the same share) and the zero point (in
-    codes, rounded in the forward pass). The step gets the gradient of the rounding
-    residual `round(x/s) - x/s` from every in-range value and `qmin - z` / `qmax - z`
-    from the clipped ones, both scaled by LSQ's `1/sqrt(N * Qp)` (N: values per sample,
-    Qp = 255 steps); the zero point gets the clipped values' gradient (LSQ+'s offset).
-    The step can shrink toward a finer grid, not only widen.
-  - "minmax_vars" (the default, `DEFAULT_ACTIVATION_QUANTIZER`): TensorFlow's
-    FakeQuantWithMinMaxVars on two range variables (low, high): the range gets only the
-    clipped values' gradient (PACT-style), so it can widen but never shrink toward a finer
-    step. It stays the default because LSQ measured no better on fer_emotion
-    (BENCHMARKS.md, QAT, session 10: 13 flips of 300 against 9).
-
-Gradients pass straight through the rounding of the values (Bengio et al., 2013).
+Gradients pass straight through the rounding (Bengio et al., 2013); the range gets the
+gradient of the clipped values (PACT-style, as FakeQuantWithMinMaxVars defines it).
 
     >>> layers = qat_layers()                                     # doctest: +SKIP
-    >>> q = layers.Quantized(conv, output_range=(-1.0, 3.0), activation_quantizer="lsq")
+    >>> q = layers.Quantized(conv, weight_axis=-1, output_range=(-1.0, 3.0))
 """
 
 from __future__ import annotations
@@ -35,13 +23,6 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
-
-from edgeopt.calibration.quantgrid import ActivationGrid
-
-ACTIVATION_QUANTIZERS = ("lsq", "minmax_vars")
-DEFAULT_ACTIVATION_QUANTIZER = "minmax_vars"
-QMIN, QMAX = -128, 127     # int8 activations: asymmetric, the writers' grid
 WEIGHT_QMAX = 127          # int8 symmetric weights: [-127, 127] (TFLite, onnxruntime)
 MIN_SCALE = 1e-12          # weights.MIN_SCALE: an all-zero channel keeps a finite scale
 MIN_WIDTH = 1e-6           # an activation range never collapses to a point
@@ -67,31 +48,6 @@ def fake_quant_activation(x: Any, low: Any, high: Any) -> Any:
                                                         narrow_range=False)
 
 
-def _scaled_gradient(value: Any, factor: Any) -> Any:
-    """`value` in the forward pass, its gradient times `factor` (LSQ's gradient scale)."""
-    import tensorflow as tf
-
-    return value * factor + tf.stop_gradient(value - value * factor)
-
-
-def lsq_fake_quant(x: Any, step: Any, zero_point: Any) -> Any:
-    """`x` on the int8 grid of `step` and the zero point `round(zero_point)` (clipped to
-    [-128, 127]): `(clip(round(x/s) + z, -128, 127) - z) * s`, `ActivationGrid.fake_quant`.
-    LSQ gradients: x straight through where in range; s the rounding residual (in range)
-    or the clip bound (outside); z -s where clipped; s and z scaled by 1/sqrt(N * Qp)."""
-    import tensorflow as tf
-
-    values = 1
-    for dim in x.shape[1:]:
-        values *= int(dim) if dim is not None else 1
-    factor = 1.0 / (max(values, 1) * (QMAX - QMIN)) ** 0.5
-    s = _scaled_gradient(tf.maximum(step, MIN_SCALE), factor)
-    z = _scaled_gradient(tf.clip_by_value(zero_point, float(QMIN), float(QMAX)), factor)
-    z = z + tf.stop_gradient(tf.round(z) - z)                      # an integer code
-    v = tf.minimum(tf.maximum(x / s, QMIN - z), QMAX - z)          # grads reach the bounds
-    return (v + tf.stop_gradient(tf.round(v) - v)) * s
-
-
 @cache
 def qat_layers() -> SimpleNamespace:
     """The Keras layer classes (made on first use: Keras is imported only here)."""
@@ -99,52 +55,23 @@ def qat_layers() -> SimpleNamespace:
     from keras import ops
 
     class ActivationQuantizer(keras.layers.Layer):
-        """Fake int8 quantization of one tensor with a trainable grid, started on the
-        range [low, high]: a learned step and zero point ("lsq") or a learned range
-        ("minmax_vars"), `ACTIVATION_QUANTIZERS`."""
+        """Fake int8 quantization of one tensor with a trainable range."""
 
-        def __init__(self, low: float, high: float, mode: str = DEFAULT_ACTIVATION_QUANTIZER,
-                     **kwargs):
+        def __init__(self, low: float, high: float, **kwargs):
             super().__init__(**kwargs)
-            if mode not in ACTIVATION_QUANTIZERS:
-                raise ValueError(f"activation quantizer '{mode}': choose from "
-                                 f"{', '.join(ACTIVATION_QUANTIZERS)}")
-            self.start, self.mode = (float(low), float(high)), mode
-            self.start_step = ActivationGrid.from_range(*self.start).scale
+            self.start = (float(low), float(high))
 
         def build(self, input_shape):
             lo, hi = self.start
-            if self.mode == "lsq":
-                grid = ActivationGrid.from_range(lo, hi)
-                self.step = self.add_weight(shape=(), name="step",
-                                            initializer=keras.initializers.Constant(1.0))
-                self.zero_point = self.add_weight(
-                    shape=(), name="zero_point",
-                    initializer=keras.initializers.Constant(float(grid.zero_point)))
-                return
             self.low = self.add_weight(shape=(), name="low",
                                        initializer=keras.initializers.Constant(lo))
             self.high = self.add_weight(shape=(), name="high",
                                         initializer=keras.initializers.Constant(hi))
 
         def call(self, x):
-            if self.mode == "lsq":
-                return lsq_fake_quant(x, self.step * self.start_step, self.zero_point)
             return fake_quant_activation(x, self.low, self.high)
 
-        def grid(self) -> ActivationGrid:
-            """The int8 grid this quantizer computes on now (what the writer must ship)."""
-            if self.mode == "lsq":
-                scale = max(float(self.step.numpy()) * self.start_step, MIN_SCALE)
-                zero = int(np.clip(np.rint(float(self.zero_point.numpy())), QMIN, QMAX))
-                return ActivationGrid(scale, zero)
-            return ActivationGrid.from_range(*self.range())
-
         def range(self) -> tuple[float, float]:
-            """[low, high] whose writer's grid (`ActivationGrid.from_range`) is this one's."""
-            if self.mode == "lsq":
-                grid = self.grid()
-                return grid.low, grid.high
             lo, hi = float(self.low.numpy()), float(self.high.numpy())
             return min(lo, 0.0), max(hi, 0.0, min(lo, 0.0) + MIN_WIDTH)
 
@@ -156,12 +83,12 @@ def qat_layers() -> SimpleNamespace:
         output may be fake-quantized on a range."""
 
         def __init__(self, inner, output_range=None, quantize_weights: bool = True,
-                     activation_quantizer: str = DEFAULT_ACTIVATION_QUANTIZER, **kwargs):
+                     **kwargs):
             super().__init__(name=f"{inner.name}_qat", **kwargs)
             self.inner = inner
             self.axes = weight_reduce_axes_of(inner) if quantize_weights else None
             self.output_quantizer = None if output_range is None else ActivationQuantizer(
-                *output_range, activation_quantizer, name=f"{inner.name}_act")
+                *output_range, name=f"{inner.name}_act")
 
         def build(self, input_shape):
             if not self.inner.built:

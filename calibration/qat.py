@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.calibration.fakequant import DEFAULT_ACTIVATION_QUANTIZER, qat_layers
+from edgeopt.calibration.fakequant import qat_layers
 from edgeopt.errors import ConfigError
 
 INPUT_KEY = "<input>"     # the model input's fake quantizer
@@ -227,12 +227,10 @@ def softmax_outputs(model: Any) -> set[str]:
             or model.get_layer(n).get_config().get("activation") == "softmax"}
 
 
-def qat_model(folded: Any, ranges: dict[str, tuple[float, float]],
-              activation_quantizer: str = DEFAULT_ACTIVATION_QUANTIZER) -> Any:
+def qat_model(folded: Any, ranges: dict[str, tuple[float, float]]) -> Any:
     """The training graph: conv/dense layers with per-channel fake-quantized kernels, a
-    fake quantizer (started at `ranges[layer]`; `activation_quantizer` one of
-    fakequant.ACTIVATION_QUANTIZERS) on every output the runtime quantizes, and on the
-    input when `ranges` holds INPUT_KEY. Shares no variable with `folded`."""
+    fake quantizer (started at `ranges[layer]`) on every output the runtime quantizes,
+    and on the input when `ranges` holds INPUT_KEY. Shares no variable with `folded`."""
     import keras
 
     layers = qat_layers()
@@ -245,8 +243,7 @@ def qat_model(folded: Any, ranges: dict[str, tuple[float, float]],
     def clone(layer):
         fresh = _fresh(layer)
         if _is_weight_layer(layer) or layer.name in ranges:
-            return layers.Quantized(fresh, ranges.get(layer.name),
-                                    activation_quantizer=activation_quantizer)
+            return layers.Quantized(fresh, ranges.get(layer.name))
         return fresh
 
     inner = _clone(folded, clone)
@@ -257,8 +254,7 @@ def qat_model(folded: Any, ranges: dict[str, tuple[float, float]],
     source = keras.Input(tuple(folded.inputs[0].shape[1:]), name="qat_input")
     x = source
     if INPUT_KEY in ranges:
-        x = layers.ActivationQuantizer(*ranges[INPUT_KEY], activation_quantizer,
-                                       name="input_act")(x)
+        x = layers.ActivationQuantizer(*ranges[INPUT_KEY], name="input_act")(x)
     return keras.Model(source, inner(x), name=f"{folded.name}_qat")
 
 

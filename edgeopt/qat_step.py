@@ -23,7 +23,6 @@ import numpy as np
 
 from edgeopt.calibration.config import Precision, QuantConfig, QuantResult
 from edgeopt.calibration.engine import quantize_with
-from edgeopt.calibration.fakequant import ACTIVATION_QUANTIZERS, DEFAULT_ACTIVATION_QUANTIZER
 from edgeopt.calibration.finish import validate
 from edgeopt.calibration.qat import (
     fold_batchnorm,
@@ -51,7 +50,6 @@ from edgeopt.errors import ConfigError, DataError
 Progress = Callable[[str], None]
 PROBE_SAMPLES = 2          # samples that match runtime tensors to Keras outputs
 QAT_SCHEMES = ("w8a8",)
-QUANTIZER_NAMES = {"lsq": "learned steps (LSQ)", "minmax_vars": "learned min/max"}
 
 
 @dataclass(frozen=True)
@@ -63,34 +61,16 @@ class QatSettings:
     # fine-tuning a trained model: Adam moves every weight by about the rate at first,
     # whatever its size, and 2e-4 threw a converged model off (its held-back loss x7)
     learning_rate: float = 2e-5
-    # how activation grids learn (fakequant.ACTIVATION_QUANTIZERS): "minmax_vars", TF's
-    # learned range that can only widen; "lsq", a learned step and zero point (measured no
-    # better on fer_emotion: BENCHMARKS.md, QAT, session 10)
-    activation_quantizer: str = DEFAULT_ACTIVATION_QUANTIZER
-    # lsq: the step is held as a multiple of its start (one rate moves every layer's step
-    # by the same share), the zero point in codes
-    step_learning_rate: float = 5e-3
-    zero_point_learning_rate: float = 0.1
-    range_learning_rate: float = 2e-3   # minmax_vars: the ranges (values ~1-10)
+    range_learning_rate: float = 2e-3   # the quantizer ranges (values ~1-10): their own rate
     batch_size: int = 32
     patience: int = 3
     seed: int = 0
-
-    def quantizer_rates(self) -> tuple[tuple[str, float], ...]:
-        """(variable-name suffix, Adam rate) of the activation quantizers' variables."""
-        if self.activation_quantizer == "lsq":
-            return (("/step", self.step_learning_rate),
-                    ("/zero_point", self.zero_point_learning_rate))
-        return tuple((f"/{end}", self.range_learning_rate) for end in ("low", "high"))
 
     def check(self, scheme: str) -> None:
         if not self.enabled:
             return
         if self.epochs < 1:
             raise ConfigError(f"--epochs must be at least 1, got {self.epochs}")
-        if self.activation_quantizer not in ACTIVATION_QUANTIZERS:
-            raise ConfigError(f"QAT activation quantizer '{self.activation_quantizer}': "
-                              f"choose from {', '.join(ACTIVATION_QUANTIZERS)}")
         if scheme not in QAT_SCHEMES:
             raise ConfigError(f"--qat trains full-integer int8 models (--scheme w8a8), not "
                               f"'{scheme}'")
@@ -174,14 +154,12 @@ def _matches(job: QatJob, kind_model: bytes, keras_model: Any) -> dict[str, str]
                          keras_values(keras_model, job.train_inputs[:PROBE_SAMPLES]))
 
 
-def training_graph(job: QatJob, ptq: QuantResult,
-                   activation_quantizer: str = DEFAULT_ACTIVATION_QUANTIZER
-                   ) -> tuple[Any, Any]:
+def training_graph(job: QatJob, ptq: QuantResult) -> tuple[Any, Any]:
     """(BN-folded float model, fake-quant training graph on the core's ranges)."""
     folded = fold_batchnorm(split_separable(job.model))
     core = {t: (r["min"], r["max"]) for t, r in ptq.ranges.items()}
     ranges = layer_ranges(_matches(job, job.float_model, folded), core)
-    student = qat_model(folded, ranges, activation_quantizer)
+    student = qat_model(folded, ranges)
     if quantized_layer_count(student) == 0:
         raise ConfigError("--qat: the model has no trainable quantized layer (no Conv2D, "
                           "DepthwiseConv2D or Dense with channels-last weights)")
@@ -205,7 +183,8 @@ def train(job: QatJob, student: Any, settings: QatSettings, progress: Progress) 
     the best held-back epoch's weights kept."""
     config = DistillConfig(epochs=settings.epochs, batch_size=settings.batch_size,
                            learning_rate=settings.learning_rate, patience=settings.patience,
-                           learning_rates=settings.quantizer_rates(),
+                           learning_rates=tuple((f"/{end}", settings.range_learning_rate)
+                                                for end in ("low", "high")),
                            augment=(), seed=settings.seed)
     result = distill(runtime_teacher(job.source, student), student, job.train_inputs,
                      job.train_labels, config, _EpochBar(settings.epochs, progress))
@@ -255,8 +234,7 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
     check_job(job)
     started, phases = time.monotonic(), _Phases()
     progress(f"QAT: {reason}")
-    folded, student = phases("graph", training_graph, job, ptq,
-                             settings.activation_quantizer)
+    folded, student = phases("graph", training_graph, job, ptq)
     training = phases("train", train, job, training_view(student, folded), settings, progress)
     trained = trained_float(student, folded)
     content = phases("export", export_model, job, trained, workdir)
@@ -266,8 +244,7 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
     result = phases("write", _quantize, job, content, config, fixed, progress)
     result = phases("validate", against_source_float, job, result)
     result = replace(result, method=f"quantization-aware training ({training['epochs_run']} "
-                     f"epochs, {len(fixed)} learned activation ranges, "
-                     f"{QUANTIZER_NAMES[settings.activation_quantizer]}); other tensors "
+                     f"epochs, {len(fixed)} learned activation ranges); other tensors "
                      f"{result.method}")
     record = {"ran": True, "reason": reason, **training,
               "quantized_layers": quantized_layer_count(student),

@@ -153,7 +153,7 @@ def test_variables_named_in_learning_rates_train_at_their_own_rate():
     teacher = _teacher()
     x = inp = keras.Input((6,))
     x = keras.layers.Dense(8, activation="relu")(x)
-    x = qat_layers().ActivationQuantizer(0.0, 4.0, "minmax_vars", name="hidden_act")(x)
+    x = qat_layers().ActivationQuantizer(0.0, 4.0, name="hidden_act")(x)
     student = keras.Model(inp, keras.layers.Dense(4)(x))
     before = {v.path: v.numpy().copy() for v in student.trainable_variables}
     data = np.random.default_rng(4).normal(0, 1, (64, 6)).astype("float32")
