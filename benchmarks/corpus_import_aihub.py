@@ -57,7 +57,10 @@ FAMILIES = (
     (r"detr", "detr"), (r"^(bert|albert|distil_bert|electra|mobile_bert|nomic)", "bert"),
     (r"^whisper", "whisper"), (r"^opus_mt", "marian-mt"), (r"^(depth_anything|midas)", "dpt"),
     (r"^(sam2|mobilesam|fastsam|track_anything)", "sam"), (r"^mediapipe", "mediapipe"),
-    (r"^(quicksrnet|sesr|esrgan|real_esrgan|xlsr)", "super-resolution"),
+    # super-resolution models by architecture, not by task: QuickSRNet's three sizes are
+    # one network, ESRGAN and Real-ESRGAN x4plus are both RRDBNet; XLSR, SESR and
+    # Real-ESRGAN general x4v3 (SRVGGNetCompact) are each their own
+    (r"^quicksrnet", "quicksrnet"), (r"^(esrgan|real_esrgan_x4plus)$", "rrdbnet"),
     (r"^(hrnet|litehrnet)", "hrnet"), (r"^(deeplab|fcn|pspnet)", "deeplab"),
     (r"^(stable_diffusion|controlnet)", "stable-diffusion"), (r"^centernet", "centernet"),
     (r"^(bevdet|bevfusion|centerpoint|gkt)", "bev-3d"),

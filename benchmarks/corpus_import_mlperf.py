@@ -38,7 +38,7 @@ TASKS = {
     "object_detection": ("ssd_mobiledet", "mobiledet", ""),
     "image_segmentation_v2": ("mosaic", "mosaic", ""),
     "natural_language_processing": ("mobilebert", "bert", ""),
-    "super_resolution": ("edsr", "super-resolution", ""),
+    "super_resolution": ("edsr", "edsr", ""),
 }
 RUNTIMES = {"SNPE": "snpe", "QNN": "qnn", "ENN": "enn"}
 # accelerator_desc -> (compute unit, delegate); SNPE's "DSP" and "HTP" are the Hexagon NPU.

@@ -35,14 +35,17 @@ PROPRIETARY = re.compile(r"^(convert_|sr_|mobilenet224_full)")
 FAMILIES = (
     (r"^(mobilenet|mv3|posenet_mobilenet)", "mobilenet"), (r"^inception", "inception"),
     (r"^yolo", "yolo"), (r"^(deeplab)", "deeplab"), (r"^(efficientnet)", "efficientnet"),
-    (r"^(esrgan|srgan|imdn|xlsr|vsr)", "super-resolution"),
+    (r"^esrgan", "rrdbnet"),   # super-resolution by architecture (as AI Hub's rows)
     (r"^(dped|pynet|punet)", "image-enhance"),
     (r"^resnet", "resnet"), (r"^vgg", "vgg"), (r"^unet", "unet"), (r"^test_", "synthetic-conv"),
 )
 
 
 def family_of(model: str) -> str:
-    return next((fam for pattern, fam in FAMILIES if re.search(pattern, model)), model)
+    """The model's architecture family; a model in none is its own, its float and quant
+    files one family."""
+    own = re.sub(r"_(float|quant)$", "", model)
+    return next((fam for pattern, fam in FAMILIES if re.search(pattern, model)), own)
 
 
 def precision_of(model: str, unit: str, board: str) -> tuple[str, str]:

@@ -42,6 +42,26 @@ def test_corpus_covers_many_devices_and_precisions(corpus):
     assert len({row.model_family for row in corpus}) >= 20
 
 
+def test_families_are_architectures_not_tasks(corpus):
+    """Leave-one-family-out holds out one architecture: the super-resolution networks are
+    families of their own (QuickSRNet's sizes one, ESRGAN and Real-ESRGAN x4plus both
+    RRDBNet), and no model sits in two families (a float and a quant file of one network)."""
+    family = {}
+    for row in corpus:
+        assert family.setdefault(row.model, row.model_family) == row.model_family, row.model
+    assert not any(row.model_family == "super-resolution" for row in corpus)
+    assert {family[m] for m in ("quicksrnetsmall", "quicksrnetmedium", "quicksrnetlarge")} \
+        == {"quicksrnet"}
+    assert family["esrgan"] == family["real_esrgan_x4plus"] == "rrdbnet"
+    assert len({family[m] for m in ("quicksrnetsmall", "xlsr", "sesr_m5",
+                                    "real_esrgan_general_x4v3", "esrgan")}) == 5
+    by_network = {}
+    for model, fam in family.items():
+        network = model.removesuffix("_float").removesuffix("_quant")
+        by_network.setdefault(network, set()).add(fam)
+    assert all(len(f) == 1 for f in by_network.values()), by_network
+
+
 def test_no_duplicate_rows(corpus):
     assert len(set(corpus)) == len(corpus)
     key = Counter((r.model, r.input_shape, r.precision_label, r.precision, r.device,
