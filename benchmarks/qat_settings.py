@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             "agreement_percent": round(float((picks == reference).mean() * 100), 2),
             "flips": int((picks != reference).sum()),
             "seconds": round(time.monotonic() - started, 1), "qat_seconds": qat.get("seconds"),
+            "logits_ranges": qat.get("logits_ranges"),
             "epochs_run": qat.get("epochs_run"), "best_epoch": qat.get("best_epoch"),
             "held_back": [(h.get("epoch"), h.get("val_loss"), h.get("agreement"))
                           for h in qat.get("history", [])],
