@@ -1,0 +1,199 @@
+"""Where fer_emotion's int8 flips come from: the error of the logits, not only the flip count.
+
+A flip happens where the int8 model's error in the float winner's lead (its logit minus
+the runner-up's, read at the SOFTMAX input) exceeds the float margin. The flip count is a
+lottery over near-ties (1 flip = 0.33 points); the lead error's spread `sigma` is the
+steady figure behind it, and with the float margins it gives the expected flips
+(sum over samples of Phi(-margin / sigma)).
+
+    python benchmarks/qat_budget.py measure A.tflite [B.tflite ...]   # runtime figures
+    python benchmarks/qat_budget.py budget     # the QAT graph at its start, per quantizer
+    python benchmarks/qat_budget.py floor      # sigma -> expected flips on these faces
+
+`measure` runs each artifact in LiteRT on the 300 held-out faces of `qat_settings.py`
+(its workdir: run that first); `budget` builds the QAT training graph as
+`edgeopt quantize --qat` does and, before any training, switches its fake quantizers on
+one at a time (and all weights, all activations). One JSON line per figure is printed and
+appended to `<workdir>/budget.jsonl`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np
+
+MODEL = Path.home() / ".cache" / "edgeopt-zoo" / "built" / "fer_emotion.keras"
+
+
+def runtime_logits(path: Path, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pre-softmax logits, outputs) of a .tflite on `images`, dequantized, one at a time."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(path), experimental_preserve_all_tensors=True,
+                     num_threads=1)
+    it.allocate_tensors()
+    softmax = next(op for op in it._get_ops_details() if op["op_name"] == "SOFTMAX")
+    logits = {d["index"]: d for d in it.get_tensor_details()}[softmax["inputs"][0]]
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    found, outputs = [], []
+    for x in images:
+        it.set_tensor(inp["index"], _to(inp, x[None]))
+        it.invoke()
+        found.append(_from(logits, it.get_tensor(logits["index"])).reshape(-1))
+        outputs.append(_from(out, it.get_tensor(out["index"])).reshape(-1))
+    return np.array(found), np.array(outputs)
+
+
+def _to(detail: dict, x: np.ndarray) -> np.ndarray:
+    if detail["dtype"] != np.int8:
+        return x.astype(detail["dtype"])
+    scale, zero = detail["quantization"]
+    return np.clip(np.round(x / scale + zero), -128, 127).astype(np.int8)
+
+
+def _from(detail: dict, x: np.ndarray) -> np.ndarray:
+    if detail["dtype"] != np.int8:
+        return x.astype(np.float32)
+    scale, zero = detail["quantization"]
+    return (x.astype(np.float32) - zero) * scale
+
+
+def lead_error(logits: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Per sample: error of the reference winner's lead over the reference runner-up."""
+    rows = np.arange(len(reference))
+    order = np.argsort(reference, axis=-1)
+    top, second = order[:, -1], order[:, -2]
+    return ((logits[rows, top] - logits[rows, second])
+            - (reference[rows, top] - reference[rows, second]))
+
+
+def expected_flips(margins: np.ndarray, sigma: float) -> float:
+    return float(sum(0.5 * math.erfc(m / (sigma * math.sqrt(2))) for m in margins))
+
+
+def margins_of(reference: np.ndarray) -> np.ndarray:
+    ordered = np.sort(reference, axis=-1)
+    return ordered[:, -1] - ordered[:, -2]
+
+
+def measure(paths: list[Path], work: Path) -> list[dict]:
+    images = np.load(work / "eval.npz")["input_1"]
+    reference, float_out = runtime_logits(work / "float.tflite", images)
+    top, margins = float_out.argmax(-1), margins_of(reference)
+    lines = []
+    for path in paths:
+        logits, out = runtime_logits(path, images)
+        error = lead_error(logits, reference)
+        flipped = out.argmax(-1) != top
+        lines.append({"file": path.name, "flips": int(flipped.sum()),
+                      "lead_error_sigma": round(float(error.std()), 4),
+                      "lead_error_mean": round(float(error.mean()), 4),
+                      "expected_flips": round(expected_flips(margins, float(error.std())), 2),
+                      "flipped_margins": sorted(round(float(m), 4) for m in margins[flipped])})
+    return lines
+
+
+def floor(work: Path) -> list[dict]:
+    images = np.load(work / "eval.npz")["input_1"]
+    margins = margins_of(runtime_logits(work / "float.tflite", images)[0])
+    quantiles = {f"margin_q{q}": round(float(np.quantile(margins, q / 100)), 4)
+                 for q in (1, 2, 5, 10)}
+    return [{"sigma": s, "expected_flips": round(expected_flips(margins, s), 2), **quantiles}
+            for s in (0.15, 0.1, 0.05, 0.034, 0.02, 0.014, 0.01, 0.005)]
+
+
+def budget(work: Path) -> list[dict]:
+    """The QAT graph at its start: lead error with fake quantizers switched on selectively."""
+    import edgeopt.qat_step as step
+    from edgeopt.quantize import QuantizeRequest, quantize_file
+
+    images = np.load(work / "eval.npz")["input_1"]
+    reference = runtime_logits(work / "float.tflite", images)[0]
+    lines: list[dict] = []
+
+    class Done(Exception):
+        pass
+
+    def train(_job, view, _settings, _progress):
+        lines.extend(_switch_quantizers(view, images, reference))
+        raise Done
+
+    step.train = train
+    try:
+        quantize_file(QuantizeRequest(str(MODEL), str(work / "calib_unlabelled.npz"),
+                                      str(work / "budget.tflite"), eval=str(work / "eval.npz"),
+                                      qat=True, qat_epochs=1))
+    except Done:
+        pass
+    return lines
+
+
+def _quantizers(view) -> tuple[list, list]:
+    from edgeopt.calibration.fakequant import qat_layers
+
+    layers, acts, weights = qat_layers(), [], []
+    for layer in view.layers:
+        if isinstance(layer, layers.ActivationQuantizer):
+            acts.append(layer)
+        for inner in getattr(layer, "layers", []):
+            if isinstance(inner, layers.Quantized):
+                acts += [inner.output_quantizer] if inner.output_quantizer else []
+                weights += [inner] if inner.axes is not None else []
+    return acts, weights
+
+
+def _switch_quantizers(view, images: np.ndarray, reference: np.ndarray) -> list[dict]:
+    acts, weights = _quantizers(view)
+    calls, axes = {a.name: a.call for a in acts}, {w.name: w.axes for w in weights}
+    margins = margins_of(reference)
+
+    def figure(what: str, on_acts: set, on_weights: bool) -> dict:
+        for a in acts:
+            a.call = calls[a.name] if a.name in on_acts else (lambda x: x)
+        for w in weights:
+            w.axes = axes[w.name] if on_weights else None
+        logits = np.concatenate([np.asarray(view(images[k:k + 100], training=False))
+                                 for k in range(0, len(images), 100)])   # log-probs
+        sigma = float(lead_error(logits, reference).std())
+        return {"quantized": what, "flips": int((logits.argmax(-1) != reference.argmax(-1)).sum()),
+                "lead_error_sigma": round(sigma, 4),
+                "expected_flips": round(expected_flips(margins, sigma), 2)}
+
+    names = {a.name for a in acts}
+    lines = [figure("all", names, True), figure("weights only", set(), True),
+             figure("activations only", names, False)]
+    for a in acts:
+        lo, hi = a.range()
+        lines.append(figure(f"{a.name} [{lo:.2f}, {hi:.2f}] alone", {a.name}, False))
+    figure("all", names, True)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("measure", "budget", "floor"))
+    parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/edgeopt-qat-settings"))
+    args = parser.parse_args(argv)
+    if args.what == "measure":
+        lines = measure(args.files, args.workdir)
+    else:
+        lines = budget(args.workdir) if args.what == "budget" else floor(args.workdir)
+    with open(args.workdir / "budget.jsonl", "a") as f:
+        for line in lines:
+            print(json.dumps(line))
+            f.write(json.dumps(line) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
