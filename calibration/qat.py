@@ -164,6 +164,62 @@ def split_separable(model: Any) -> Any:
     return split
 
 
+MAX_EQUALIZE = 32.0       # a channel is scaled up by at most this (dead channels stay)
+
+
+def _reach(values: np.ndarray) -> np.ndarray:
+    """Largest |value| per channel (last axis)."""
+    return np.abs(values).reshape(-1, values.shape[-1]).max(axis=0)
+
+
+def _separable_pairs(split: Any) -> list[tuple[Any, Any]]:
+    """(depthwise half, 1x1 half) of each SeparableConv2D that `split_separable` split."""
+    import keras
+
+    names, users = {la.name: la for la in split.layers}, consumers(split)
+    pairs = []
+    for layer in split.layers:
+        pointwise = names.get(layer.name[:-len(SEPARABLE_SUFFIX)])
+        if (isinstance(layer, keras.layers.DepthwiseConv2D) and not layer.use_bias
+                and layer.name.endswith(SEPARABLE_SUFFIX)
+                and layer.get_config().get("activation") == "linear"
+                and isinstance(pointwise, keras.layers.Conv2D)
+                and tuple(pointwise.kernel_size) == (1, 1)
+                and users[layer.name] == [pointwise.name]):
+            pairs.append((layer, pointwise))
+    return pairs
+
+
+def equalize_separable(split: Any, inputs: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Scale the output channels of each depthwise half of `split` (a `split_separable`
+    model) to the reach of its widest channel on `inputs`, and divide the 1x1 half's input
+    rows by the same factors: the float model computes the same, but the int8 tensor
+    between the halves (one scale for all channels) no longer rounds a narrow channel on
+    the widest one's step (cross-layer equalization, Nagel et al. 2019, on a pair with
+    nothing between). In place; returns each depthwise output's new (min, max) on
+    `inputs`, the start of its fake quantizer.
+
+        >>> ranges = equalize_separable(split, calibration_images)   # doctest: +SKIP
+    """
+    import keras
+
+    pairs = _separable_pairs(split)
+    if not pairs:
+        return {}
+    tap = keras.Model(split.inputs, [dw.output for dw, _ in pairs])
+    outputs = tap.predict(inputs, verbose=0)
+    outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
+    ranges = {}
+    for (dw, pw), values in zip(pairs, outputs):
+        reach = _reach(values)
+        scale = (reach.max() / np.maximum(reach, reach.max() / MAX_EQUALIZE)).astype(np.float32)
+        kernel = dw.get_weights()[0]                      # (kh, kw, channels, multiplier)
+        dw.set_weights([kernel * scale.reshape(kernel.shape[2:])])
+        pw.set_weights([pw.get_weights()[0] / scale[:, None]] + pw.get_weights()[1:])
+        ranges[dw.name] = (float((values * scale).min()), float((values * scale).max()))
+    return ranges
+
+
 def merge_separable(original: Any, split: Any) -> Any:
     """A copy of `original` holding the weights of its `split_separable` copy `split`."""
     import keras
