@@ -7,7 +7,8 @@ steady figure behind it, and with the float margins it gives the expected flips
 (sum over samples of Phi(-margin / sigma)).
 
     python benchmarks/qat_budget.py measure A.tflite [B.tflite ...]   # runtime figures
-    python benchmarks/qat_budget.py budget     # the QAT graph at its start, per quantizer
+    python benchmarks/qat_budget.py budget ['{"s_equalize": false}']  # the QAT graph at
+                                               # its start, per quantizer (qat_settings' overrides)
     python benchmarks/qat_budget.py floor      # sigma -> expected flips on these faces
 
 `measure` runs each artifact in LiteRT on the 300 held-out faces of `qat_settings.py`
@@ -111,10 +112,14 @@ def floor(work: Path) -> list[dict]:
             for s in (0.15, 0.1, 0.05, 0.034, 0.02, 0.014, 0.01, 0.005)]
 
 
-def budget(work: Path) -> list[dict]:
+def budget(work: Path, settings: dict) -> list[dict]:
     """The QAT graph at its start: lead error with fake quantizers switched on selectively."""
+    from qat_settings import _override
+
     import edgeopt.qat_step as step
     from edgeopt.quantize import QuantizeRequest, quantize_file
+
+    _override(settings)
 
     images = np.load(work / "eval.npz")["input_1"]
     reference = runtime_logits(work / "float.tflite", images)[0]
@@ -124,7 +129,8 @@ def budget(work: Path) -> list[dict]:
         pass
 
     def train(_job, view, _settings, _progress):
-        lines.extend(_switch_quantizers(view, images, reference))
+        lines.extend({"settings": settings, **line}
+                     for line in _switch_quantizers(view, images, reference))
         raise Done
 
     step.train = train
@@ -181,13 +187,16 @@ def _switch_quantizers(view, images: np.ndarray, reference: np.ndarray) -> list[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("measure", "budget", "floor"))
-    parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument("files", nargs="*", help="measure: .tflite files; budget: the "
+                        "settings as JSON (qat_settings.py's s_/d_ overrides)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/edgeopt-qat-settings"))
     args = parser.parse_args(argv)
     if args.what == "measure":
-        lines = measure(args.files, args.workdir)
+        lines = measure([Path(f) for f in args.files], args.workdir)
+    elif args.what == "budget":
+        lines = budget(args.workdir, json.loads(args.files[0]) if args.files else {})
     else:
-        lines = budget(args.workdir) if args.what == "budget" else floor(args.workdir)
+        lines = floor(args.workdir)
     with open(args.workdir / "budget.jsonl", "a") as f:
         for line in lines:
             print(json.dumps(line))

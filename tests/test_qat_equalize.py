@@ -8,6 +8,8 @@ model's output less (a fake-quantized copy of a seeded tiny model, channels 20x 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,7 @@ DW = f"sep{SEPARABLE_SUFFIX}"
 
 def _model(rng):
     """A separable conv whose depthwise channels differ 20x in size, then a head."""
-    x = inp = keras.Input((8, 8, 4))
+    x = inp = keras.Input((8, 8, 4), name="image")
     x = keras.layers.SeparableConv2D(6, 3, padding="same", depth_multiplier=2, name="sep")(x)
     x = keras.layers.ReLU(name="relu")(x)
     x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
@@ -97,3 +99,40 @@ def test_a_depthwise_conv_with_an_activation_before_the_1x1_is_left_alone():
     assert equalize_separable(model, _data(rng, 8)) == {}
     for old, new in zip(before, model.get_weights()):
         np.testing.assert_array_equal(old, new)
+
+
+def _depthwise_reach(content: bytes, data: np.ndarray) -> np.ndarray:
+    """Per-channel reach of the DEPTHWISE_CONV_2D output of a .tflite in LiteRT."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=content, experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+    op = next(o for o in it._get_ops_details() if o["op_name"] == "DEPTHWISE_CONV_2D")
+    detail = {d["index"]: d for d in it.get_tensor_details()}[op["outputs"][0]]
+    scale, zero = detail["quantization"]
+    source = it.get_input_details()[0]
+    found = []
+    for x in data:
+        feed = x[None]
+        if source["dtype"] == np.int8:
+            s, z = source["quantization"]
+            feed = np.clip(np.round(feed / s + z), -128, 127).astype(np.int8)
+        it.set_tensor(source["index"], feed)
+        it.invoke()
+        found.append((it.get_tensor(detail["index"]).astype(np.float32) - zero) * scale)
+    return np.abs(np.concatenate(found)).reshape(-1, 8).max(0)
+
+
+@pytest.mark.slow
+def test_the_int8_artifact_carries_the_equalized_channels(run_cli, tmp_path):
+    rng = np.random.default_rng(3)
+    model, data = _model(rng), _data(rng, 48)
+    model.save(tmp_path / "m.keras")
+    np.savez(tmp_path / "d.npz", image=data)
+    out = tmp_path / "q.tflite"
+    result = run_cli("quantize", tmp_path / "m.keras", "--calib", tmp_path / "d.npz", "--qat",
+                     "--epochs", "1", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["qat"]["ran"]
+    reach = _depthwise_reach(out.read_bytes(), data)
+    assert reach.max() / reach.min() < 1.5     # the float model's channels: 20x apart
