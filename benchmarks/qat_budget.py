@@ -103,13 +103,36 @@ def measure(paths: list[Path], work: Path) -> list[dict]:
     return lines
 
 
+def on_grid(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """`values` rounded to the int8 grid of [lo, hi] (widened to hold 0), as LiteRT does."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    scale = (hi - lo) / 255
+    zero = np.round(-128 - lo / scale)
+    return (np.clip(np.round(values / scale) + zero, -128, 127) - zero) * scale
+
+
 def floor(work: Path) -> list[dict]:
+    """sigma -> expected flips; and the flips of the float logits rounded to int8 grids."""
     images = np.load(work / "eval.npz")["input_1"]
-    margins = margins_of(runtime_logits(work / "float.tflite", images)[0])
+    reference = runtime_logits(work / "float.tflite", images)[0]
+    calib = np.sort(runtime_logits(work / "float.tflite",
+                                   np.load(work / "calib_unlabelled.npz")["input_1"])[0], -1)
+    margins = margins_of(reference)
     quantiles = {f"margin_q{q}": round(float(np.quantile(margins, q / 100)), 4)
                  for q in (1, 2, 5, 10)}
-    return [{"sigma": s, "expected_flips": round(expected_flips(margins, s), 2), **quantiles}
-            for s in (0.15, 0.1, 0.05, 0.034, 0.02, 0.014, 0.01, 0.005)]
+    lines = [{"sigma": s, "expected_flips": round(expected_flips(margins, s), 2), **quantiles}
+             for s in (0.15, 0.1, 0.05, 0.034, 0.02, 0.014, 0.01, 0.005)]
+    grids = {"calibration min/max": (calib.min(), calib.max()),
+             "low end: largest logit - ln 256": ((calib[:, -1] - math.log(256)).min(),
+                                                 calib.max()),
+             "low end: runner-up's least": (calib[:, -2].min(), calib.max()),
+             "-6..8": (-6.0, 8.0), "0..8": (0.0, 8.0)}
+    for name, (lo, hi) in grids.items():
+        rounded = on_grid(reference, float(lo), float(hi))
+        lines.append({"float logits on the grid of": name, "range": [round(float(lo), 3),
+                      round(float(hi), 3)], "step": round(float(max(hi, 0) - min(lo, 0)) / 255, 4),
+                      "flips": int((rounded.argmax(-1) != reference.argmax(-1)).sum())})
+    return lines
 
 
 def budget(work: Path, settings: dict) -> list[dict]:
