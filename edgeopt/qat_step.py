@@ -64,8 +64,8 @@ class QatSettings:
     # whatever its size, and 2e-4 threw a converged model off (its held-back loss x7)
     learning_rate: float = 2e-5
     range_learning_rate: float = 2e-3   # the quantizer ranges (values ~1-10): their own rate
-    # equalize the channels between a SeparableConv2D's two halves before training: the
-    # int8 tensor between them made 45% of fer_emotion's int8 error (BENCHMARKS.md)
+    # equalize the channels between a SeparableConv2D's two halves before training: those
+    # int8 tensors made 45% of the variance of fer_emotion's logit error (BENCHMARKS.md)
     equalize: bool = True
     batch_size: int = 32
     patience: int = 3
