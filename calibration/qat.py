@@ -283,17 +283,6 @@ def softmax_outputs(model: Any) -> set[str]:
             or model.get_layer(n).get_config().get("activation") == "softmax"}
 
 
-def softmax_inputs(model: Any) -> set[str]:
-    """Layers whose output feeds a softmax model output (a `softmax_outputs` layer that is
-    a Softmax or softmax Activation): the logits, one int8 tensor in the runtime."""
-    inputs = set()
-    for name in softmax_outputs(model):
-        layer = model.get_layer(name)
-        if getattr(layer, "kernel", None) is None:   # not a Dense(activation="softmax")
-            inputs.update(_producers(layer))
-    return inputs
-
-
 def qat_model(folded: Any, ranges: dict[str, tuple[float, float]]) -> Any:
     """The training graph: conv/dense layers with per-channel fake-quantized kernels, a
     fake quantizer (started at `ranges[layer]`) on every output the runtime quantizes,

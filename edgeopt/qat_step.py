@@ -35,7 +35,6 @@ from edgeopt.calibration.qat import (
     qat_model,
     quantized_layer_count,
     runtime_ranges,
-    softmax_inputs,
     split_separable,
     trained_float,
     training_view,
@@ -245,12 +244,11 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
     started, phases = time.monotonic(), _Phases()
     progress(f"QAT: {reason}")
     folded, student = phases("graph", training_graph, job, ptq, settings)
-    started_ranges = learned_ranges(student)
     training = phases("train", train, job, training_view(student, folded), settings, progress)
     trained = trained_float(student, folded)
     content = phases("export", export_model, job, trained, workdir)
-    learned = learned_ranges(student)
-    fixed = phases("match", lambda: runtime_ranges(_matches(job, content, trained), learned))
+    fixed = phases("match", lambda: runtime_ranges(_matches(job, content, trained),
+                                                   learned_ranges(student)))
     progress(f"QAT: writing int8 with {len(fixed)} learned activation ranges")
     result = phases("write", _quantize, job, content, config, fixed, progress)
     result = phases("validate", against_source_float, job, result)
@@ -259,19 +257,10 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
                      f"{result.method}")
     record = {"ran": True, "reason": reason, **training,
               "quantized_layers": quantized_layer_count(student),
-              "learned_ranges": len(fixed),
-              "logits_ranges": _logits_ranges(folded, started_ranges, learned),
-              "seconds": round(time.monotonic() - started, 1),
+              "learned_ranges": len(fixed), "seconds": round(time.monotonic() - started, 1),
               "phase_seconds": phases.seconds, "ptq": _figures(ptq), "qat": _figures(result)}
     shipped = choose(ptq, result, config, record)
     return QatOutcome(shipped, record)
-
-
-def _logits_ranges(folded: Any, started: dict, learned: dict) -> dict:
-    """The pre-softmax tensors' ranges at the start of training and where they ended."""
-    return {name: {"start": [round(v, 4) for v in started[name]],
-                   "learned": [round(v, 4) for v in learned[name]]}
-            for name in sorted(softmax_inputs(folded)) if name in started and name in learned}
 
 
 def against_source_float(job: QatJob, result: QuantResult) -> QuantResult:
