@@ -5,7 +5,9 @@ convolution with its activation, renames and reorders), so tensors are matched b
 they hold: on the same probe samples, a runtime activation and a Keras layer output with
 the same sorted values are the same tensor, whatever their layout (NHWC or NCHW).
 
-    folded = fold_batchnorm(split_separable(model))        # as the converter lowers it
+    split = split_separable(model)                         # as the converter lowers it
+    equalized = equalize_separable(split, samples)         # float-exact, evens channels
+    folded = fold_batchnorm(split)
     ranges = layer_ranges(folded, runtime_values, core_ranges, probe)
     student = qat_model(folded, ranges)                    # train this (distillation)
     trained = trained_float(student, folded)               # float weights, same graph
@@ -167,9 +169,24 @@ def split_separable(model: Any) -> Any:
 MAX_EQUALIZE = 32.0       # a channel is scaled up by at most this (dead channels stay)
 
 
-def _reach(values: np.ndarray) -> np.ndarray:
-    """Largest |value| per channel (last axis)."""
-    return np.abs(values).reshape(-1, values.shape[-1]).max(axis=0)
+EQUALIZE_BATCH = 32        # samples per pass when measuring channel reaches
+
+
+def _channel_extremes(tap: Any, inputs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(min, max) per channel (last axis) of each output of `tap` over `inputs`, a batch
+    at a time (a whole calibration set of feature maps need not fit in memory)."""
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    for start in range(0, len(inputs), EQUALIZE_BATCH):
+        outputs = tap(inputs[start:start + EQUALIZE_BATCH], training=False)
+        outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
+        for i, out in enumerate(outputs):
+            flat = np.asarray(out).reshape(-1, out.shape[-1])
+            low, high = flat.min(axis=0), flat.max(axis=0)
+            if i == len(found):
+                found.append((low, high))
+            else:
+                found[i] = (np.minimum(found[i][0], low), np.maximum(found[i][1], high))
+    return found
 
 
 def _separable_pairs(split: Any) -> list[tuple[Any, Any]]:
@@ -207,16 +224,16 @@ def equalize_separable(split: Any, inputs: np.ndarray) -> dict[str, tuple[float,
     if not pairs:
         return {}
     tap = keras.Model(split.inputs, [dw.output for dw, _ in pairs])
-    outputs = tap.predict(inputs, verbose=0)
-    outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
     ranges = {}
-    for (dw, pw), values in zip(pairs, outputs):
-        reach = _reach(values)
+    for (dw, pw), (low, high) in zip(pairs, _channel_extremes(tap, inputs)):
+        reach = np.maximum(-low, high)
+        if not reach.max() > 0:
+            continue                                      # nothing to equalize
         scale = (reach.max() / np.maximum(reach, reach.max() / MAX_EQUALIZE)).astype(np.float32)
         kernel = dw.get_weights()[0]                      # (kh, kw, channels, multiplier)
         dw.set_weights([kernel * scale.reshape(kernel.shape[2:])])
         pw.set_weights([pw.get_weights()[0] / scale[:, None]] + pw.get_weights()[1:])
-        ranges[dw.name] = (float((values * scale).min()), float((values * scale).max()))
+        ranges[dw.name] = (float((low * scale).min()), float((high * scale).max()))
     return ranges
 
 
