@@ -167,9 +167,7 @@ def split_separable(model: Any) -> Any:
 
 
 MAX_EQUALIZE = 32.0       # a channel is scaled up by at most this (dead channels stay)
-
-
-EQUALIZE_BATCH = 32        # samples per pass when measuring channel reaches
+EQUALIZE_BATCH = 32       # samples per pass when measuring channel reaches
 
 
 def _channel_extremes(tap: Any, inputs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -64,7 +64,8 @@ class QatSettings:
     learning_rate: float = 2e-5
     range_learning_rate: float = 2e-3   # the quantizer ranges (values ~1-10): their own rate
     # equalize the channels between a SeparableConv2D's two halves before training: those
-    # int8 tensors made 45% of the variance of fer_emotion's logit error (BENCHMARKS.md)
+    # int8 tensors made 45% of the variance of fer_emotion's logit error; equalized, its
+    # spread fell about 10% (flips: within the run-to-run spread; BENCHMARKS.md)
     equalize: bool = True
     batch_size: int = 32
     patience: int = 3
