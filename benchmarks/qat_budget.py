@@ -10,6 +10,8 @@ steady figure behind it, and with the float margins it gives the expected flips
     python benchmarks/qat_budget.py budget ['{"s_equalize": false}']  # the QAT graph at
                                                # its start, per quantizer (qat_settings' overrides)
     python benchmarks/qat_budget.py floor      # sigma -> expected flips on these faces
+    python benchmarks/qat_budget.py equalized-ptq   # PTQ of the model, separable halves
+                                                    # equalized first (no training)
 
 `measure` runs each artifact in LiteRT on the 300 held-out faces of `qat_settings.py`
 (its workdir: run that first); `budget` builds the QAT training graph as
@@ -207,15 +209,38 @@ def _switch_quantizers(view, images: np.ndarray, reference: np.ndarray) -> list[
     return lines
 
 
+def equalized_ptq(work: Path) -> list[dict]:
+    """Plain `edgeopt quantize` (PTQ, no QAT) of fer_emotion with its separable halves
+    equalized first, as QAT's graph does: what the calibration core would gain."""
+    import keras
+    import tensorflow as tf
+
+    from edgeopt.calibration.qat import equalize_separable, merge_separable, split_separable
+    from edgeopt.quantize import QuantizeRequest, quantize_file
+
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(2)
+    model = keras.models.load_model(MODEL, compile=False)
+    split = split_separable(model)
+    equalize_separable(split, np.load(work / "calib_unlabelled.npz")["input_1"])
+    source, out = work / "fer_emotion_equalized.keras", work / "ptq_equalized.tflite"
+    merge_separable(model, split).save(source)
+    quantize_file(QuantizeRequest(str(source), str(work / "calib_unlabelled.npz"), str(out),
+                                  eval=str(work / "eval.npz")))
+    return measure([out], work)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("measure", "budget", "floor"))
+    parser.add_argument("what", choices=("measure", "budget", "floor", "equalized-ptq"))
     parser.add_argument("files", nargs="*", help="measure: .tflite files; budget: the "
                         "settings as JSON (qat_settings.py's s_/d_ overrides)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/edgeopt-qat-settings"))
     args = parser.parse_args(argv)
     if args.what == "measure":
         lines = measure([Path(f) for f in args.files], args.workdir)
+    elif args.what == "equalized-ptq":
+        lines = equalized_ptq(args.workdir)
     elif args.what == "budget":
         lines = budget(args.workdir, json.loads(args.files[0]) if args.files else {})
     else:
