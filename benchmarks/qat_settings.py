@@ -4,7 +4,8 @@ Each run is `benchmarks/qat.py`'s label-free QAT on the same faces (calibration 
 held out 300), with fields of `QatSettings` (`s_…`) or of the `DistillConfig` the step
 builds (`d_…`) replaced; the figure is the written `.tflite`'s top-1 agreement with the
 float `.tflite` in LiteRT on the 300 held-out faces. One JSON line per run is appended to
-`<workdir>/settings.jsonl`.
+`<workdir>/settings.jsonl`, with the range the tensor feeding the softmax started and
+ended training with (`logits_ranges`).
 
     python benchmarks/qat_settings.py TAG '{"d_temperature": 1.0}' [--workdir DIR]
     python benchmarks/qat_settings.py ptq '{"qat": false}'      # PTQ alone, same harness
@@ -37,6 +38,35 @@ def _override(settings: dict) -> None:
     quantize.QatSettings = lambda *a, **kw: dataclasses.replace(qat_settings(*a, **kw), **qat)
 
 
+def _watch_logits(captured: dict) -> None:
+    """Keep the QAT step's graph and its quantizers' start ranges (to report afterwards
+    where the pre-softmax tensor's range went)."""
+    import edgeopt.qat_step as step
+    from edgeopt.calibration.qat import learned_ranges
+
+    graph = step.training_graph
+
+    def training_graph(*args):
+        folded, student = graph(*args)
+        captured.update(folded=folded, student=student, start=learned_ranges(student))
+        return folded, student
+
+    step.training_graph = training_graph
+
+
+def _logits_ranges(captured: dict) -> dict:
+    """Each tensor feeding a softmax output: its range at the start and end of training."""
+    from edgeopt.calibration.qat import _producers, learned_ranges, softmax_outputs
+
+    if not captured:
+        return {}
+    folded, end = captured["folded"], learned_ranges(captured["student"])
+    names = {p for n in softmax_outputs(folded) for p in _producers(folded.get_layer(n))}
+    return {n: {"start": [round(v, 4) for v in captured["start"][n]],
+                "learned": [round(v, 4) for v in end[n]]}
+            for n in sorted(names) if n in end}
+
+
 def main(argv: list[str] | None = None) -> int:
     import qat as bench
     import tensorflow as tf
@@ -50,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     tf.config.threading.set_intra_op_parallelism_threads(2)
     settings = json.loads(args.settings)
     _override(settings)
+    captured: dict = {}
+    _watch_logits(captured)
     from edgeopt.quantize import QuantizeRequest, quantize_file
 
     work = args.workdir
@@ -73,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             "agreement_percent": round(float((picks == reference).mean() * 100), 2),
             "flips": int((picks != reference).sum()),
             "seconds": round(time.monotonic() - started, 1), "qat_seconds": qat.get("seconds"),
+            "logits_ranges": _logits_ranges(captured),
             "epochs_run": qat.get("epochs_run"), "best_epoch": qat.get("best_epoch"),
             "held_back": [(h.get("epoch"), h.get("val_loss"), h.get("agreement"))
                           for h in qat.get("history", [])],

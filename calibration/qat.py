@@ -5,7 +5,9 @@ convolution with its activation, renames and reorders), so tensors are matched b
 they hold: on the same probe samples, a runtime activation and a Keras layer output with
 the same sorted values are the same tensor, whatever their layout (NHWC or NCHW).
 
-    folded = fold_batchnorm(split_separable(model))        # as the converter lowers it
+    split = split_separable(model)                         # as the converter lowers it
+    equalized = equalize_separable(split, samples)         # float-exact, evens channels
+    folded = fold_batchnorm(split)
     ranges = layer_ranges(folded, runtime_values, core_ranges, probe)
     student = qat_model(folded, ranges)                    # train this (distillation)
     trained = trained_float(student, folded)               # float weights, same graph
@@ -162,6 +164,75 @@ def split_separable(model: Any) -> Any:
         elif layer.weights:
             split.get_layer(layer.name).set_weights(layer.get_weights())
     return split
+
+
+MAX_EQUALIZE = 32.0       # a channel is scaled up by at most this (dead channels stay)
+EQUALIZE_BATCH = 32       # samples per pass when measuring channel reaches
+
+
+def _channel_extremes(tap: Any, inputs: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(min, max) per channel (last axis) of each output of `tap` over `inputs`, a batch
+    at a time (a whole calibration set of feature maps need not fit in memory)."""
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    for start in range(0, len(inputs), EQUALIZE_BATCH):
+        outputs = tap(inputs[start:start + EQUALIZE_BATCH], training=False)
+        outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
+        for i, out in enumerate(outputs):
+            flat = np.asarray(out).reshape(-1, out.shape[-1])
+            low, high = flat.min(axis=0), flat.max(axis=0)
+            if i == len(found):
+                found.append((low, high))
+            else:
+                found[i] = (np.minimum(found[i][0], low), np.maximum(found[i][1], high))
+    return found
+
+
+def _separable_pairs(split: Any) -> list[tuple[Any, Any]]:
+    """(depthwise half, 1x1 half) of each SeparableConv2D that `split_separable` split."""
+    import keras
+
+    names, users = {la.name: la for la in split.layers}, consumers(split)
+    pairs = []
+    for layer in split.layers:
+        pointwise = names.get(layer.name[:-len(SEPARABLE_SUFFIX)])
+        if (isinstance(layer, keras.layers.DepthwiseConv2D) and not layer.use_bias
+                and layer.name.endswith(SEPARABLE_SUFFIX)
+                and layer.get_config().get("activation") == "linear"
+                and isinstance(pointwise, keras.layers.Conv2D)
+                and tuple(pointwise.kernel_size) == (1, 1)
+                and users[layer.name] == [pointwise.name]):
+            pairs.append((layer, pointwise))
+    return pairs
+
+
+def equalize_separable(split: Any, inputs: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Scale the output channels of each depthwise half of `split` (a `split_separable`
+    model) to the reach of its widest channel on `inputs`, and divide the 1x1 half's input
+    rows by the same factors: the float model computes the same, but the int8 tensor
+    between the halves (one scale for all channels) no longer rounds a narrow channel on
+    the widest one's step (cross-layer equalization, Nagel et al. 2019, on a pair with
+    nothing between). In place; returns each depthwise output's new (min, max) on
+    `inputs`, the start of its fake quantizer.
+
+        >>> ranges = equalize_separable(split, calibration_images)   # doctest: +SKIP
+    """
+    import keras
+
+    pairs = _separable_pairs(split)
+    if not pairs:
+        return {}
+    tap = keras.Model(split.inputs, [dw.output for dw, _ in pairs])
+    ranges = {}
+    for (dw, pw), (low, high) in zip(pairs, _channel_extremes(tap, inputs)):
+        reach = np.maximum(-low, high)
+        if not reach.max() > 0:
+            continue                                      # nothing to equalize
+        scale = (reach.max() / np.maximum(reach, reach.max() / MAX_EQUALIZE)).astype(np.float32)
+        kernel = dw.get_weights()[0]                      # (kh, kw, channels, multiplier)
+        dw.set_weights([kernel * scale.reshape(kernel.shape[2:])])
+        pw.set_weights([pw.get_weights()[0] / scale[:, None]] + pw.get_weights()[1:])
+        ranges[dw.name] = (float((low * scale).min()), float((high * scale).max()))
+    return ranges
 
 
 def merge_separable(original: Any, split: Any) -> Any:

@@ -25,6 +25,7 @@ from edgeopt.calibration.config import Precision, QuantConfig, QuantResult
 from edgeopt.calibration.engine import quantize_with
 from edgeopt.calibration.finish import validate
 from edgeopt.calibration.qat import (
+    equalize_separable,
     fold_batchnorm,
     keras_values,
     layer_ranges,
@@ -62,6 +63,10 @@ class QatSettings:
     # whatever its size, and 2e-4 threw a converged model off (its held-back loss x7)
     learning_rate: float = 2e-5
     range_learning_rate: float = 2e-3   # the quantizer ranges (values ~1-10): their own rate
+    # equalize the channels between a SeparableConv2D's two halves before training: those
+    # int8 tensors made 45% of the variance of fer_emotion's logit error; equalized, its
+    # spread fell about 10% (flips: within the run-to-run spread; BENCHMARKS.md)
+    equalize: bool = True
     batch_size: int = 32
     patience: int = 3
     seed: int = 0
@@ -154,11 +159,16 @@ def _matches(job: QatJob, kind_model: bytes, keras_model: Any) -> dict[str, str]
                          keras_values(keras_model, job.train_inputs[:PROBE_SAMPLES]))
 
 
-def training_graph(job: QatJob, ptq: QuantResult) -> tuple[Any, Any]:
-    """(BN-folded float model, fake-quant training graph on the core's ranges)."""
-    folded = fold_batchnorm(split_separable(job.model))
+def training_graph(job: QatJob, ptq: QuantResult,
+                   settings: QatSettings = QatSettings()) -> tuple[Any, Any]:
+    """(BN-folded float model, fake-quant training graph on the core's ranges; the
+    equalized tensors between separable halves on their own new ranges)."""
+    split = split_separable(job.model)
+    equalized = (equalize_separable(split, job.train_inputs)
+                 if settings.equalize and split is not job.model else {})
+    folded = fold_batchnorm(split)
     core = {t: (r["min"], r["max"]) for t, r in ptq.ranges.items()}
-    ranges = layer_ranges(_matches(job, job.float_model, folded), core)
+    ranges = {**layer_ranges(_matches(job, job.float_model, folded), core), **equalized}
     student = qat_model(folded, ranges)
     if quantized_layer_count(student) == 0:
         raise ConfigError("--qat: the model has no trainable quantized layer (no Conv2D, "
@@ -234,7 +244,7 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
     check_job(job)
     started, phases = time.monotonic(), _Phases()
     progress(f"QAT: {reason}")
-    folded, student = phases("graph", training_graph, job, ptq)
+    folded, student = phases("graph", training_graph, job, ptq, settings)
     training = phases("train", train, job, training_view(student, folded), settings, progress)
     trained = trained_float(student, folded)
     content = phases("export", export_model, job, trained, workdir)
