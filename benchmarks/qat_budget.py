@@ -34,6 +34,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 
+from edgeopt.runtime import dequantize_array, quantize_array  # noqa: E402
+
 MODEL = Path.home() / ".cache" / "edgeopt-zoo" / "built" / "fer_emotion.keras"
 
 
@@ -59,15 +61,13 @@ def runtime_logits(path: Path, images: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _to(detail: dict, x: np.ndarray) -> np.ndarray:
     if detail["dtype"] != np.int8:
         return x.astype(detail["dtype"])
-    scale, zero = detail["quantization"]
-    return np.clip(np.round(x / scale + zero), -128, 127).astype(np.int8)
+    return quantize_array(x, np.int8, *detail["quantization"])
 
 
 def _from(detail: dict, x: np.ndarray) -> np.ndarray:
     if detail["dtype"] != np.int8:
         return x.astype(np.float32)
-    scale, zero = detail["quantization"]
-    return (x.astype(np.float32) - zero) * scale
+    return dequantize_array(x, *detail["quantization"])
 
 
 def lead_error(logits: np.ndarray, reference: np.ndarray) -> np.ndarray:
