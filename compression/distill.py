@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.compression.augment import AUGMENTS
+from edgeopt.converters.onnx_frozen import onnxruntime_nodes
 from edgeopt.data import HOLDOUT_SHARE
 from edgeopt.errors import ConfigError, DataError
 
@@ -122,6 +123,28 @@ def _loss(student_logits: Any, teacher_logits: np.ndarray, labels: Any,
     return loss
 
 
+def require_gradients(student: Any, probe: np.ndarray, what: str) -> None:
+    """A clear error when no gradient reaches any trainable weight from the output (an
+    imported ONNX model whose nodes after its weights run in onnxruntime)."""
+    import tensorflow as tf
+
+    variables = [v for v in student.trainable_variables
+                 if not v.path.endswith(("/low", "/high"))]
+    if not variables:
+        return
+    with tf.GradientTape() as tape:
+        out = student(np.asarray(probe, "float32"), training=False)
+        out = out[0] if isinstance(out, list | tuple) else out
+        loss = tf.reduce_sum(tf.square(tf.cast(out, tf.float32)))
+    if any(g is not None for g in tape.gradient(loss, variables)):
+        return
+    nodes = onnxruntime_nodes(student)
+    where = (f": {len(nodes)} ONNX node(s) after them run in onnxruntime, which gives no "
+             f"gradient (first {nodes[0]})" if nodes else "")
+    raise ConfigError(f"{what} cannot train this model: no gradient reaches its weights"
+                      f"{where}")
+
+
 def teacher_targets(teacher: Teacher, inputs: np.ndarray, config: DistillConfig) -> Any:
     """The teacher's logits on the training samples, computed once, when no augmentation
     changes the samples between epochs (None: the teacher runs on every augmented batch)."""
@@ -138,7 +161,7 @@ def _groups(student: Any, config: DistillConfig) -> list[tuple[list, Any]]:
         rest = [v for v in rest if not v.path.endswith(suffix)]
         if chosen:
             groups.append((chosen, keras.optimizers.Adam(rate)))
-    return [(rest, keras.optimizers.Adam(config.learning_rate))] + groups
+    return ([(rest, keras.optimizers.Adam(config.learning_rate))] if rest else []) + groups
 
 
 def _train_step(student: Any, config: DistillConfig) -> Callable:

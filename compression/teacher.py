@@ -46,7 +46,9 @@ def runtime_teacher(model: str | os.PathLike, student: Any,
                     num_threads: int | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """A teacher that runs ``model`` (a file) with its own runtime on student-layout batches.
 
-    Returns its first output as float32 (int8 models are dequantized by the runner).
+    Returns its first output as float32 (int8 models are dequantized by the runner). The
+    student's batches are float; a teacher with an integer input (token ids, bytes) gets
+    them rounded back to its own type.
     """
     handle = load_model(model)
     if len(handle.inputs) != 1:
@@ -55,9 +57,12 @@ def runtime_teacher(model: str | os.PathLike, student: Any,
     runner = make_runner(handle, num_threads)
     perm = input_permutation(tuple(student.inputs[0].shape), handle.inputs[0].shape)
     name = runner.input_names[0]
+    dtype = np.dtype(handle.inputs[0].dtype)
 
     def teacher(batch: np.ndarray) -> np.ndarray:
         batch = np.asarray(batch, "float32")
+        if dtype.kind in "iub":
+            batch = np.rint(batch).astype(dtype)
         feed = batch.transpose(perm) if perm else batch
         return run_dataset(runner, {name: np.ascontiguousarray(feed)})[0]
 

@@ -15,7 +15,9 @@ that one ONNX node (a one-node model) in onnxruntime through ``tf.numpy_function
   group. Its one-node model declares the channel axis symbolic, so it runs at any channel
   count, and the ONNX node needs no edit either (its constants never name the channel axis).
 
-Such a layer has no gradient (onnxruntime runs it), so distillation cannot train through it.
+A node whose tensors are all float runs as TensorFlow ops instead (converters/
+onnx_tf_nodes.py: the same node, the same sample-by-sample semantics), so distillation and
+QAT train through it; any other node has no gradient (onnxruntime runs it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import base64
 from typing import Any
 
 import numpy as np
+
+from edgeopt.converters.onnx_tf_nodes import node_function
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
@@ -124,9 +128,25 @@ def layer_class() -> Any:
             return np.ascontiguousarray(y.transpose(NCHW_TO_NHWC)) \
                 if self.output_conv == "nchw" else y
 
+        def _tf_function(self) -> Any:
+            """The node as TensorFlow ops (onnx_tf_nodes), or None: onnxruntime runs it."""
+            if not hasattr(self, "_tf_node"):
+                stacked = "stack" in (*self.input_convs, self.output_conv)
+                self._tf_node = None if stacked else \
+                    node_function(base64.b64decode(self.model_b64))
+            return self._tf_node
+
+        def _differentiable(self, tensors: list) -> Any:
+            feeds = [_tf_to_onnx(t, conv) for t, conv in zip(tensors, self.input_convs)]
+            y = self._tf_function()(feeds)[self.output_index]
+            return tf.transpose(y, NCHW_TO_NHWC) if self.output_conv == "nchw" else y
+
         def call(self, inputs: Any) -> Any:
             tensors = inputs if isinstance(inputs, list | tuple) else [inputs]
-            y = tf.numpy_function(self._run, list(tensors), tf.float32, stateful=False)
+            if self._tf_function() is not None:
+                y = self._differentiable(list(tensors))
+            else:
+                y = tf.numpy_function(self._run, list(tensors), tf.float32, stateful=False)
             in_shapes = [tuple(t.shape) for t in tensors]
             y.set_shape(self.compute_output_shape(in_shapes if len(in_shapes) > 1
                                                   else in_shapes[0]))
@@ -136,9 +156,37 @@ def layer_class() -> Any:
     return OnnxOp
 
 
+def onnxruntime_nodes(model: Any) -> list[str]:
+    """The kept-whole nodes of an imported model that onnxruntime runs (no gradient):
+    "name (Op)" each."""
+    import onnx
+
+    found = []
+    for layer in getattr(model, "layers", []):
+        if type(layer).__name__ == LAYER_CLASS and layer._tf_function() is None:
+            op = onnx.load_from_string(base64.b64decode(layer.model_b64)).graph.node[0].op_type
+            found.append(f"'{layer.node}' ({op})")
+        elif hasattr(layer, "layers"):
+            found += onnxruntime_nodes(layer)
+    return found
+
+
 def _sample(array: np.ndarray, b: int, conv: str) -> np.ndarray:
     """Sample ``b`` of a Keras batch as the ONNX node reads it (batch 1, or unbatched)."""
     return np.asarray(array[b]) if conv == "stack" else _to_onnx(array[b:b + 1], conv)
+
+
+def _tf_to_onnx(batch: Any, conv: str) -> Any:
+    """``_to_onnx`` in TensorFlow: a Keras-layout batch in the node's layout."""
+    import tensorflow as tf
+
+    if conv == "nchw":
+        return tf.transpose(batch, NHWC_TO_NCHW)
+    if conv.startswith("flat:"):
+        h, w, c = (int(v) for v in conv[5:].split(","))
+        nchw = tf.transpose(tf.reshape(batch, (-1, h, w, c)), (0, 3, 1, 2))
+        return tf.reshape(nchw, (tf.shape(batch)[0], -1))
+    return batch
 
 
 def _to_onnx(array: np.ndarray, conv: str) -> np.ndarray:

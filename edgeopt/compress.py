@@ -23,6 +23,7 @@ import numpy as np
 from edgeopt.atomic import check_output_path, write_file_atomic
 from edgeopt.compress_settings import CompressSettings
 from edgeopt.compression import DistillConfig, PruneConfig, distill, prune_structured
+from edgeopt.compression.distill import require_gradients
 from edgeopt.compression.graph import PruneError
 from edgeopt.compression.measure import MeasureConfig, measure_tflite
 from edgeopt.compression.sparsity import SparsityConfig, sparsify
@@ -290,12 +291,12 @@ def compress_model(handle, data, settings: CompressSettings, workdir: Path,
     progress(f"reading {handle.path.name} as trainable layers")
     trainable = trainable_model(handle, workdir)
     name = _single_input(handle)
-    if settings.distill:
-        _refuse_frozen(trainable, "--distill cannot train through it: drop --distill")
     samples = labels = None
     if data is not None:
         samples = trainable.to_keras_layout(name, data.arrays[name][:64]).astype("float32")
         labels = None if data.labels is None else data.labels[:64]
+    if settings.distill:
+        require_gradients(trainable.model, samples[:2], "--distill")
     if settings.pattern == "structured":
         model, record = _prune(trainable, settings, samples, labels, progress)
     else:

@@ -43,10 +43,13 @@ from edgeopt.calibration.qat import (
 from edgeopt.calibration.session import open_format
 from edgeopt.compress import trainable_model
 from edgeopt.compression import DistillConfig, distill
+from edgeopt.compression.distill import require_gradients
 from edgeopt.compression.teacher import runtime_teacher
+from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.onnx_keras import export_onnx
 from edgeopt.converters.tf_source import from_keras, run_converter
 from edgeopt.errors import ConfigError, DataError
+from edgeopt.model import load_model, with_input_shapes
 
 Progress = Callable[[str], None]
 PROBE_SAMPLES = 2          # samples that match runtime tensors to Keras outputs
@@ -173,6 +176,7 @@ def training_graph(job: QatJob, ptq: QuantResult,
     if quantized_layer_count(student) == 0:
         raise ConfigError("--qat: the model has no trainable quantized layer (no Conv2D, "
                           "DepthwiseConv2D or Dense with channels-last weights)")
+    require_gradients(student, job.train_inputs[:2], "--qat")
     return folded, student
 
 
@@ -205,14 +209,24 @@ def train(job: QatJob, student: Any, settings: QatSettings, progress: Progress) 
 
 
 def export_model(job: QatJob, trained: Any, workdir: Path) -> bytes:
-    """The trained float model in the runtime's format, for the same writer as PTQ."""
-    if job.runtime_format == "onnx":
-        if job.imported is None:
+    """The trained float model in the runtime's format, for the same writer as PTQ. An
+    ONNX source goes back into its own graph, then (for a .tflite) through the same
+    conversion as PTQ's float model: the import keeps some nodes in onnxruntime, which the
+    TFLite converter cannot read from Keras."""
+    if job.imported is None:
+        if job.runtime_format == "onnx":
             raise ConfigError("--qat with an .onnx artifact needs an .onnx source model")
-        split = unfold_into(split_separable(job.model), trained)
-        return export_onnx(job.imported, merge_separable(job.model, split))
-    return run_converter(from_keras(trained, workdir, job.input_specs).converter(),
-                         "the QAT model")
+        return run_converter(from_keras(trained, workdir, job.input_specs).converter(),
+                             "the QAT model")
+    split = unfold_into(split_separable(job.model), trained)
+    content = export_onnx(job.imported, merge_separable(job.model, split))
+    if job.runtime_format == "onnx":
+        return content
+    path = workdir / "qat_trained.onnx"
+    path.write_bytes(content)
+    shapes = tuple(f"{spec.name}:" + ",".join(str(max(d, 1)) for d in spec.shape)
+                   for spec in job.input_specs or ())
+    return to_float_tflite(with_input_shapes(load_model(path), shapes), workdir).tflite
 
 
 def _quantize(job: QatJob, content: bytes, config: QuantConfig, fixed: dict,
@@ -245,7 +259,8 @@ def run_qat(job: QatJob, ptq: QuantResult, config: QuantConfig, settings: QatSet
     started, phases = time.monotonic(), _Phases()
     progress(f"QAT: {reason}")
     folded, student = phases("graph", training_graph, job, ptq, settings)
-    training = phases("train", train, job, training_view(student, folded), settings, progress)
+    training = phases("train", train, job, training_view(student, folded, job.train_inputs[:8]),
+                      settings, progress)
     trained = trained_float(student, folded)
     content = phases("export", export_model, job, trained, workdir)
     fixed = phases("match", lambda: runtime_ranges(_matches(job, content, trained),
