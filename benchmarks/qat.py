@@ -157,6 +157,76 @@ def fer_model(_data, _train_epochs: int, _workdir: Path) -> Path:
     return path if path.exists() else build_fer(SimpleNamespace(relpath=path.name))
 
 
+# magika's content types for the files' extensions (its config's target_labels_space)
+MAGIKA_TYPES = {
+    ".py": "python", ".pyi": "python", ".pyc": "pythonbytecode", ".json": "json",
+    ".html": "html", ".htm": "html", ".css": "css", ".js": "javascript", ".c": "c",
+    ".cpp": "cpp", ".cc": "cpp", ".hpp": "cpp", ".sh": "shell", ".xml": "xml", ".svg": "svg",
+    ".png": "png", ".gif": "gif", ".jpg": "jpeg", ".jpeg": "jpeg", ".gz": "gzip", ".xz": "xz",
+    ".bz2": "bzip", ".md": "markdown", ".rst": "rst", ".yaml": "yaml", ".yml": "yaml",
+    ".toml": "toml", ".ini": "ini", ".pl": "perl", ".pm": "perl", ".rb": "ruby",
+    ".csv": "csv", ".tsv": "tsv", ".pem": "pem", ".npy": "npy", ".npz": "npz",
+    ".onnx": "onnx", ".zip": "zip", ".whl": "zip", ".jar": "jar", ".ttf": "ttf",
+    ".otf": "otf", ".woff": "woff", ".woff2": "woff2", ".pdf": "pdf", ".tcl": "tcl",
+    ".lua": "lua", ".diff": "diff", ".patch": "diff", ".po": "po", ".sql": "sql",
+    ".ipynb": "ipynb", ".proto": "proto", ".tex": "latex", ".java": "java", ".go": "go",
+    ".rs": "rust", ".ts": "typescript", ".scss": "scss", ".m4": "m4", ".awk": "awk",
+    ".cmake": "cmake", ".bat": "batch", ".ps1": "powershell", ".wav": "wav", ".ogg": "ogg",
+    ".mp3": "mp3", ".flac": "flac", ".bmp": "bmp", ".ico": "ico", ".tif": "tiff",
+    ".tiff": "tiff", ".webp": "webp", ".tar": "tar", ".deb": "deb", ".pkl": "pickle",
+    ".pickle": "pickle", ".h5": "h5", ".sqlite": "sqlite", ".txt": "txt", ".jsonl": "jsonl",
+    ".php": "php", ".el": "lisp", ".srt": "srt", ".vtt": "vtt", ".rtf": "rtf", ".so": "elf"}
+MAGIKA_ROOTS = (Path(sys.prefix) / "lib", Path("/usr/share"), Path("/usr/lib"), Path("/etc"),
+                Path("/usr/include"))
+MAGIKA_PER_TYPE, MAGIKA_CALIB = 40, 400
+
+
+def magika_model() -> Path:
+    from zoo import package_dir
+
+    return package_dir("magika") / "models" / "standard_v3_3" / "model.onnx"
+
+
+def magika_files() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Real files on this machine labelled with magika's content type by their extension
+    (at least 256 bytes; at most 40 of a type, drawn with a fixed seed), read as magika
+    reads them (zoo.magika_features). 400 calibrate and train QAT, the rest are held out.
+    Which files exist depends on the machine (the venv's packages, Debian's): the JSON
+    lists the count per type."""
+    import json
+
+    from zoo import magika_features
+
+    space = json.loads((magika_model().parent / "config.min.json").read_text())
+    labels = space["target_labels_space"]
+    by_type: dict[str, list[Path]] = {}
+    for root in MAGIKA_ROOTS:
+        for path in sorted(root.rglob("*")):
+            kind = MAGIKA_TYPES.get(".so" if ".so." in path.name else path.suffix.lower())
+            try:
+                if kind in labels and path.is_file() and not path.is_symlink() and \
+                        path.stat().st_size >= 256:
+                    by_type.setdefault(kind, []).append(path)
+            except OSError:
+                continue
+    rng = np.random.default_rng(0)
+    rows, targets = [], []
+    for kind in sorted(by_type):
+        paths = by_type[kind]
+        for index in rng.permutation(len(paths))[:MAGIKA_PER_TYPE]:
+            rows.append(magika_features(paths[index].read_bytes()))
+            targets.append(labels.index(kind))
+    order = rng.permutation(len(rows))
+    features = np.array(rows, np.int32)[order]
+    classes = np.array(targets, np.int64)[order]
+    MAGIKA_COUNTS.update({k: min(len(v), MAGIKA_PER_TYPE) for k, v in sorted(by_type.items())})
+    return {"calib": (features[:MAGIKA_CALIB], classes[:MAGIKA_CALIB]),
+            "eval": (features[MAGIKA_CALIB:], classes[MAGIKA_CALIB:])}
+
+
+MAGIKA_COUNTS: dict[str, int] = {}
+
+
 def top1(content: bytes, images: np.ndarray) -> np.ndarray:
     from edgeopt.runtime import TFLiteRunner, run_dataset
 
@@ -164,14 +234,22 @@ def top1(content: bytes, images: np.ndarray) -> np.ndarray:
     return run_dataset(runner, {runner.input_names[0]: images})[0].argmax(-1)
 
 
-def baselines(model_path: Path, name: str, calib: np.ndarray, workdir: Path) -> dict:
-    """Float and the two libraries' own int8 from the same Keras model."""
+def baselines(model_path: Path, name: str, calib: np.ndarray, workdir: Path,
+              shapes: tuple[str, ...] = ()) -> dict:
+    """Float and the two libraries' own int8 from the same model (an ONNX one through
+    edgeopt's float conversion: onnx2tf's SavedModel for the converter)."""
     from edgeopt.calibration import tflite_aeq, tflite_converter
+    from edgeopt.converters.float_tflite import to_float_tflite
     from edgeopt.converters.tf_source import from_keras, run_converter
-    from edgeopt.model import load_keras
+    from edgeopt.model import load_keras, load_model, with_input_shapes
 
-    source = from_keras(load_keras(model_path), workdir)
-    float_tflite = run_converter(source.converter(), "float")
+    if model_path.suffix == ".onnx":
+        conversion = to_float_tflite(with_input_shapes(load_model(model_path), shapes),
+                                     workdir, {name: calib[:8]})
+        source, float_tflite = conversion.tf_source, conversion.tflite
+    else:
+        source = from_keras(load_keras(model_path), workdir)
+        float_tflite = run_converter(source.converter(), "float")
     feed = {name: calib}
     return {"float": float_tflite,
             "TFLite converter int8": tflite_converter.full_integer(source, feed, "float32"),
@@ -179,7 +257,8 @@ def baselines(model_path: Path, name: str, calib: np.ndarray, workdir: Path) -> 
                                                                     "float32")}
 
 
-def edgeopt_runs(model_path: Path, workdir: Path, epochs: int, labelled: bool) -> dict:
+def edgeopt_runs(model_path: Path, workdir: Path, epochs: int, labelled: bool,
+                 shapes: tuple[str, ...] = ()) -> dict:
     """edgeopt PTQ, QAT with labels (when there are labels) and label-free QAT."""
     from _common import load_average
 
@@ -195,14 +274,16 @@ def edgeopt_runs(model_path: Path, workdir: Path, epochs: int, labelled: bool) -
         load, started = load_average(), time.monotonic()
         record = quantize_file(QuantizeRequest(str(model_path), str(workdir / calib), str(out),
                                                eval=str(workdir / "eval.npz"), qat=qat,
-                                               qat_epochs=epochs))
+                                               qat_epochs=epochs, input_shapes=shapes))
         runs[name] = {"content": out.read_bytes(), "seconds": time.monotonic() - started,
                       "record": record, "load_before": load, "load_after": load_average()}
     return runs
 
 
 MODELS = {"fer_emotion": (fer_faces, fer_model, "input_1"),
-          "mnv3_digits": (digits, train_float, "image")}
+          "mnv3_digits": (digits, train_float, "image"),
+          "magika": (magika_files, lambda *_: magika_model(), "bytes")}
+INPUT_SHAPES = {"magika": ("bytes:1,2048",)}
 
 
 def write_data(data: dict, name: str, workdir: Path) -> None:
@@ -241,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     write_data(data, input_name, workdir)
     model_path = make_model(data, args.train_epochs, workdir)
     labels = data["eval"][1]
-    models = baselines(model_path, input_name, data["calib"][0], workdir)
-    runs = edgeopt_runs(model_path, workdir, args.epochs, labels is not None)
+    shapes = INPUT_SHAPES.get(args.model, ())
+    models = baselines(model_path, input_name, data["calib"][0], workdir, shapes)
+    runs = edgeopt_runs(model_path, workdir, args.epochs, labels is not None, shapes)
     models.update({k: v["content"] for k, v in runs.items()})
     picks = {name: top1(content, data["eval"][0]) for name, content in models.items()}
     truth = picks["float"] if labels is None else labels
@@ -261,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "metric": metric, "eval_samples": int(len(data["eval"][0])),
         "calib_samples": int(len(data["calib"][0])), "top1_percent": scores,
         "drop_points": {k: round(v - scores["float"], 3) for k, v in scores.items()},
+        "magika_files_per_type": MAGIKA_COUNTS or None,
         "qat": qat, "quantize_seconds": {k: round(v["seconds"], 1) for k, v in runs.items()},
         "epochs_max": args.epochs, "versions": package_versions(), "machine": machine_info()})
     return 0

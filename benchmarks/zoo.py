@@ -330,19 +330,21 @@ def silero_inputs(e: Entry, n: int, seed: int) -> Inputs:
     return feed
 
 
+def magika_features(data: bytes) -> list[int]:
+    """magika/magika.py _extract_features_from_seekable (config beg_size 1024, end_size 1024,
+    block_size 4096, padding_token 256): the first block lstripped, its first 1024 bytes
+    padded at the end; the last block rstripped, its last 1024 bytes padded at the front."""
+    block = min(4096, len(data))
+    beg = list(data[:block].lstrip()[:1024])
+    end = list(data[len(data) - block:].rstrip()[-1024:])
+    return beg + [256] * (1024 - len(beg)) + [256] * (1024 - len(end)) + end
+
+
 def magika_inputs(e: Entry, n: int, seed: int) -> Inputs:
-    # magika/magika.py _extract_features_from_seekable (config beg_size 1024, end_size 1024,
-    # block_size 4096, padding_token 256): the first block lstripped, its first 1024 bytes
-    # padded at the end; the last block rstripped, its last 1024 bytes padded at the front.
     rng = np.random.default_rng(seed)
     files = machine_files()
-    rows = []
-    for index in rng.choice(len(files), size=min(n, len(files)), replace=False):
-        data = files[index].read_bytes()
-        block = min(4096, len(data))
-        beg = list(data[:block].lstrip()[:1024])
-        end = list(data[len(data) - block:].rstrip()[-1024:])
-        rows.append(beg + [256] * (1024 - len(beg)) + [256] * (1024 - len(end)) + end)
+    rows = [magika_features(files[index].read_bytes())
+            for index in rng.choice(len(files), size=min(n, len(files)), replace=False)]
     return {"bytes": np.array(rows, np.int32)}
 
 

@@ -55,24 +55,31 @@ def qat_layers() -> SimpleNamespace:
     from keras import ops
 
     class ActivationQuantizer(keras.layers.Layer):
-        """Fake int8 quantization of one tensor with a trainable range."""
+        """Fake int8 quantization of one tensor with a trainable range.
+
+        The variables `low` and `high` are the ends' moves from the start, in units of the
+        start's width: one learning rate then moves a [0, 0.05] range and a [-11, 11] one
+        by the same share. In absolute units, the rate that suited a logits range (2e-3)
+        widened magika's [0, 0.045] activations by half their width in an epoch, and its
+        QAT lost 20 points of labelled accuracy to that alone (BENCHMARKS.md, issue 19)."""
 
         def __init__(self, low: float, high: float, **kwargs):
             super().__init__(**kwargs)
             self.start = (float(low), float(high))
+            self.width = max(self.start[1] - self.start[0], MIN_WIDTH)
 
         def build(self, input_shape):
-            lo, hi = self.start
-            self.low = self.add_weight(shape=(), name="low",
-                                       initializer=keras.initializers.Constant(lo))
-            self.high = self.add_weight(shape=(), name="high",
-                                        initializer=keras.initializers.Constant(hi))
+            zero = keras.initializers.Constant(0.0)
+            self.low = self.add_weight(shape=(), name="low", initializer=zero)
+            self.high = self.add_weight(shape=(), name="high", initializer=zero)
 
         def call(self, x):
-            return fake_quant_activation(x, self.low, self.high)
+            return fake_quant_activation(x, self.start[0] + self.width * self.low,
+                                         self.start[1] + self.width * self.high)
 
         def range(self) -> tuple[float, float]:
-            lo, hi = float(self.low.numpy()), float(self.high.numpy())
+            lo = self.start[0] + self.width * float(self.low.numpy())
+            hi = self.start[1] + self.width * float(self.high.numpy())
             return min(lo, 0.0), max(hi, 0.0, min(lo, 0.0) + MIN_WIDTH)
 
     class Quantized(keras.layers.Layer):

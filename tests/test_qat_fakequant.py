@@ -163,3 +163,27 @@ def test_learned_ranges_map_onto_the_runtime_tensors(tmp_path):
     np.testing.assert_allclose(trained(data), folded(data), atol=1e-5)
     exported = runtime_ranges(matches, {"relu": (0.0, 4.0)})
     assert list(exported.values()) == [(0.0, 4.0)]
+
+
+@pytest.mark.parametrize("start", [(0.0, 0.05), (-11.0, 11.0)])
+def test_a_range_moves_by_a_share_of_its_own_width(start):
+    """One Adam step on values clipped above the range moves its high end by the rate
+    times the range's width, whatever that width is (absolute steps of one rate wrecked
+    magika's small ranges)."""
+    import keras
+    import tensorflow as tf
+
+    from edgeopt.calibration.fakequant import qat_layers
+
+    quantizer = qat_layers().ActivationQuantizer(*start, name="act")
+    x = tf.constant(np.linspace(start[0], start[1] * 2, 64, dtype=np.float32))
+    quantizer(x)
+    optimizer = keras.optimizers.Adam(1e-2)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(quantizer(x) - x))
+    variables = [quantizer.low, quantizer.high]
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    low, high = quantizer.range()
+    width = start[1] - start[0]
+    assert high - start[1] == pytest.approx(1e-2 * width, rel=1e-3)
+    assert low == pytest.approx(start[0], abs=1e-6 * width)
