@@ -17,6 +17,7 @@ from edgeopt import tflite_edit
 from edgeopt.calibration.tflite_buffers import inline_buffers
 from edgeopt.errors import ConversionError, first_line
 from edgeopt.model import tflite_interpreter
+from edgeopt.runtime import sample_row
 
 # TFLite schema TensorType values accepted by modify_model_interface.
 _TENSOR_TYPES = {"float32": 0, "uint8": 3, "int8": 9}
@@ -32,7 +33,7 @@ def _signature_samples(float_tflite: bytes, arrays: dict[str, np.ndarray]) -> di
     names = signature["inputs"]
     values = list(arrays.values()) if set(names) != set(arrays) else [arrays[n] for n in names]
     count = len(values[0])
-    samples = [{n: v[i:i + 1].astype(np.float32) for n, v in zip(names, values)}
+    samples = [{n: sample_row(v, i) for n, v in zip(names, values)}
                for i in range(count)]
     return {key: samples}
 

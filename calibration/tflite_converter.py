@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from edgeopt.converters.tf_source import TFSource, run_converter
+from edgeopt.runtime import sample_row
 
 _IO_TYPES = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
 
@@ -36,13 +37,14 @@ def _keyed_for_signature(source: TFSource, arrays: dict[str, np.ndarray]) -> dic
 
 
 def representative_dataset(source: TFSource, arrays: dict[str, np.ndarray]):
-    """A generator factory the converter calls: one sample per step, keyed by signature name."""
+    """A generator factory the converter calls: one sample per step, keyed by signature name
+    (integer samples keep their type: runtime.sample_row)."""
     keyed = _keyed_for_signature(source, arrays)
     count = len(next(iter(keyed.values())))
 
     def generate():
         for i in range(count):
-            yield {name: value[i:i + 1].astype(np.float32) for name, value in keyed.items()}
+            yield {name: sample_row(value, i) for name, value in keyed.items()}
 
     return generate
 

@@ -106,6 +106,14 @@ class TFLiteRunner:
         return [np.concatenate(outs) for outs in zip(*per_sample)]
 
 
+def sample_row(value: np.ndarray, index: int) -> np.ndarray:
+    """Sample ``index`` as a batch of one for a calibrating tool: float samples as float32,
+    integer ones (token ids, bytes) in their own type, which the tools check against the
+    model's input type."""
+    row = value[index:index + 1]
+    return row if row.dtype.kind in "iub" else row.astype(np.float32)
+
+
 def in_model_layout(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """A batch-first chunk (edgeopt.data keeps samples first) as a model input of declared
     `shape` (-1 dynamic) takes it: a scalar input gets the chunk's one value, an input that
