@@ -168,3 +168,22 @@ def test_variables_named_in_learning_rates_train_at_their_own_rate():
     assert student.get_layer("hidden_act").range() == (0.0, 4.0)
     moved = [p for p in before if not np.array_equal(before[p], after[p])]
     assert moved and all(not p.startswith("hidden_act") for p in moved)
+
+
+def test_a_softmax_written_in_other_ops_trains_as_log_probabilities():
+    """A softmax the import keeps as Exp/ReduceSum/Div (magika's) is found by its values,
+    and QAT trains its log-probabilities, as it does behind a Keras Softmax layer."""
+    from edgeopt.calibration.qat import gives_probabilities, training_view
+
+    inp = keras.Input((6,))
+    logits = keras.layers.Dense(4)(inp)
+    exp = keras.layers.Activation("exponential")(logits)
+    probs = keras.layers.Lambda(lambda e: e / keras.ops.sum(e, axis=-1, keepdims=True))(exp)
+    model = keras.Model(inp, probs)
+    probe = np.random.default_rng(0).normal(0, 1, (8, 6)).astype("float32")
+    assert gives_probabilities(model, probe)
+    view = training_view(model, model, probe)
+    assert view is not model
+    np.testing.assert_allclose(np.exp(view(probe).numpy()), model(probe).numpy(), rtol=1e-5)
+    plain = keras.Model(inp, logits)
+    assert not gives_probabilities(plain, probe) and training_view(plain, plain, probe) is plain
