@@ -178,6 +178,11 @@ def _train_step(student: Any, config: DistillConfig) -> Callable:
             out = out[0] if isinstance(out, list | tuple) else out
             loss = _loss(out, target, labels, config)
         grads = tape.gradient(loss, [v for variables, _ in groups for v in variables])
+        # a non-finite element (a square root's slope at a variance the int8 grid rounded
+        # to 0: magika's fake-quantized layer norm) would make Adam's state, and then every
+        # weight it touches, NaN for good: such elements give no step instead
+        grads = [g if g is None else tf.where(tf.math.is_finite(g), g, tf.zeros_like(g))
+                 for g in grads]
         start = 0
         for variables, optimizer in groups:
             optimizer.apply_gradients(zip(grads[start:start + len(variables)], variables))

@@ -187,3 +187,18 @@ def test_a_softmax_written_in_other_ops_trains_as_log_probabilities():
     np.testing.assert_allclose(np.exp(view(probe).numpy()), model(probe).numpy(), rtol=1e-5)
     plain = keras.Model(inp, logits)
     assert not gives_probabilities(plain, probe) and training_view(plain, plain, probe) is plain
+
+
+def test_a_non_finite_gradient_element_gives_no_step_instead_of_nan_weights():
+    """sqrt(relu(x)) has slope inf at 0, and 0 * inf is NaN below it (as in magika's
+    fake-quantized layer norm): those elements are skipped, so the weights stay finite."""
+    teacher = _teacher()
+    x = inp = keras.Input((6,))
+    x = keras.layers.Dense(8, activation="relu")(x)
+    x = keras.layers.Lambda(lambda t: keras.ops.sqrt(t))(x)
+    student = keras.Model(inp, keras.layers.Dense(4)(x))
+    data = np.random.default_rng(5).normal(0, 1, (64, 6)).astype("float32")
+    config = DistillConfig(epochs=2, batch_size=16, patience=5, augment=(), learning_rate=1e-2)
+    result = distill(teacher, student, data, config=config)
+    assert all(np.isfinite(v.numpy()).all() for v in student.trainable_variables)
+    assert all(np.isfinite(h["val_loss"]) for h in result.history)
