@@ -16,8 +16,9 @@ that one ONNX node (a one-node model) in onnxruntime through ``tf.numpy_function
   count, and the ONNX node needs no edit either (its constants never name the channel axis).
 
 A node whose tensors are all float runs as TensorFlow ops instead (converters/
-onnx_tf_nodes.py: the same node, the same sample-by-sample semantics), so distillation and
-QAT train through it; any other node has no gradient (onnxruntime runs it).
+onnx_tf_nodes.py: the same node on the whole batch, where it leaves the batch axis alone),
+so distillation and QAT train through it; any other node has no gradient (onnxruntime
+runs it).
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 
 FLOAT_TYPES = {1, 10, 11, 16}   # ONNX FLOAT, FLOAT16, DOUBLE, BFLOAT16
+# ops whose constant inputs are values (all must be float), not shapes or axes
+_VARIADIC_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "MatMul",
+                 "Gemm", "Concat", "Where", "Clip")
 
 NodeFn = Callable[[list[Any]], list[Any]]
 
@@ -314,7 +317,7 @@ def node_function(content: bytes) -> NodeFn | None:
             else:
                 args.append(tf.constant(consts[name].astype(np.float32)
                                         if consts[name].dtype.kind == "f" else consts[name]))
-        outs = _one(node, attrs, consts, [a for a in args], opset)
+        outs = _one(node, attrs, consts, args, opset)
         return [tf.cast(y, tf.float32) for y in outs]
 
     # probe the shapes once: anything not covered (or TensorFlow refusing) stays in ORT
@@ -327,6 +330,3 @@ def node_function(content: bytes) -> NodeFn | None:
         return None
     return run
 
-
-_VARIADIC_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "MatMul",
-                 "Gemm", "Concat", "Where", "Clip")
