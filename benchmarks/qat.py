@@ -189,12 +189,12 @@ def magika_model() -> Path:
     return package_dir("magika") / "models" / "standard_v3_3" / "model.onnx"
 
 
-def magika_files() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def magika_files() -> dict:
     """Real files on this machine labelled with magika's content type by their extension
     (at least 256 bytes; at most 40 of a type, drawn with a fixed seed), read as magika
     reads them (zoo.magika_features). 400 calibrate and train QAT, the rest are held out.
-    Which files exist depends on the machine (the venv's packages, Debian's): the JSON
-    lists the count per type."""
+    Which files exist depends on the machine (the venv's packages, Debian's): the count per
+    type comes back as `files_per_type` (and goes into the JSON)."""
     import json
 
     from zoo import magika_features
@@ -221,12 +221,10 @@ def magika_files() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     order = rng.permutation(len(rows))
     features = np.array(rows, np.int32)[order]
     classes = np.array(targets, np.int64)[order]
-    MAGIKA_COUNTS.update({k: min(len(v), MAGIKA_PER_TYPE) for k, v in sorted(by_type.items())})
     return {"calib": (features[:MAGIKA_CALIB], classes[:MAGIKA_CALIB]),
-            "eval": (features[MAGIKA_CALIB:], classes[MAGIKA_CALIB:])}
-
-
-MAGIKA_COUNTS: dict[str, int] = {}
+            "eval": (features[MAGIKA_CALIB:], classes[MAGIKA_CALIB:]),
+            "files_per_type": {k: min(len(v), MAGIKA_PER_TYPE)
+                               for k, v in sorted(by_type.items())}}
 
 
 def top1(content: bytes, images: np.ndarray) -> np.ndarray:
@@ -354,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         "calib_samples": int(len(data["calib"][0])), "top1_percent": scores,
         "fails_in_litert": failures or None,
         "drop_points": {k: round(v - scores["float"], 3) for k, v in scores.items()},
-        "magika_files_per_type": MAGIKA_COUNTS or None,
+        "magika_files_per_type": data.get("files_per_type"),
         "qat": qat, "quantize_seconds": {k: round(v["seconds"], 1) for k, v in runs.items()},
         "epochs_max": args.epochs, "versions": package_versions(), "machine": machine_info()})
     return 0

@@ -18,6 +18,7 @@ TensorFlow's); any op or attribute not listed here stays in onnxruntime.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ _VARIADIC_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean",
 NodeFn = Callable[[list[Any]], list[Any]]
 
 
+@cache
 def _unary() -> dict[str, Callable[[Any, Any, dict], Any]]:
     import tensorflow as tf
 
@@ -59,6 +61,7 @@ def _unary() -> dict[str, Callable[[Any, Any, dict], Any]]:
     }
 
 
+@cache
 def _variadic() -> dict[str, Callable[[list], Any]]:
     import functools
 

@@ -47,6 +47,7 @@ from edgeopt.compression.distill import require_gradients
 from edgeopt.compression.teacher import runtime_teacher
 from edgeopt.converters.float_tflite import to_float_tflite
 from edgeopt.converters.onnx_keras import export_onnx
+from edgeopt.converters.onnx_to_tf import fixed_shapes
 from edgeopt.converters.tf_source import from_keras, run_converter
 from edgeopt.errors import ConfigError, DataError
 from edgeopt.model import load_model, with_input_shapes
@@ -229,9 +230,9 @@ def export_model(job: QatJob, trained: Any, workdir: Path) -> bytes:
         return content
     path = workdir / "qat_trained.onnx"
     path.write_bytes(content)
-    shapes = tuple(f"{spec.name}:" + ",".join(str(max(d, 1)) for d in spec.shape)
-                   for spec in job.input_specs or ())
-    return to_float_tflite(with_input_shapes(load_model(path), shapes), workdir).tflite
+    handle = load_model(path)
+    return to_float_tflite(with_input_shapes(handle, tuple(fixed_shapes(handle))),
+                           workdir).tflite
 
 
 def _quantize(job: QatJob, content: bytes, config: QuantConfig, fixed: dict,
