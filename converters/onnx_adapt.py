@@ -1,5 +1,6 @@
-"""An .onnx rewritten before the build: inputs pinned (`--input-value`, converters/onnx_pin)
-and dynamic quantization undone (converters/onnx_dequantize), checked in onnxruntime.
+"""An .onnx rewritten before the build: inputs pinned (`--input-value`, converters/onnx_pin),
+dynamic quantization undone (converters/onnx_dequantize) and fast variances computed in
+two passes (converters/onnx_variance), checked in onnxruntime.
 
 The rewritten model is checked against the user's file on the same samples (the pinned
 inputs fed their values to the original only) and written to a folder that lives as long
@@ -17,6 +18,7 @@ import numpy as np
 
 from edgeopt.converters.onnx_dequantize import dequantize, is_dynamically_quantized
 from edgeopt.converters.onnx_pin import FLAG, pin
+from edgeopt.converters.onnx_variance import two_pass_variance
 from edgeopt.converters.parity import check_parity
 from edgeopt.data import load_dataset
 from edgeopt.errors import ConversionError, DataError, first_line
@@ -24,7 +26,8 @@ from edgeopt.model import ModelHandle
 from edgeopt.runtime import OnnxRunner
 
 CHECK_SAMPLES = 8
-# Pinning and folding compute the same thing: below this cosine something else changed.
+# Pinning, folding and a two-pass variance compute the same thing (up to float32 rounding):
+# below this cosine something else changed.
 PIN_COSINE = 0.9999
 # The rewritten .onnx of each model this process adapted, removed when the process ends.
 _FOLDERS: list[tempfile.TemporaryDirectory] = []
@@ -41,8 +44,6 @@ def adapt_onnx(handle: ModelHandle, values: dict[str, np.ndarray],
 
     model = onnx.load(str(handle.path))
     dynamic = is_dynamically_quantized(model)
-    if not values and not dynamic:
-        return handle
     record: dict = {"original_file": handle.path.name, "original_bytes": handle.size_bytes}
     notes = []
     if values:
@@ -56,9 +57,15 @@ def adapt_onnx(handle: ModelHandle, values: dict[str, np.ndarray],
                      f"quantized at run time): {_counts(replaced)} rewritten to float ops "
                      "with the weights dequantized exactly; edgeopt quantizes that float "
                      "model")
+    centred = two_pass_variance(model)
+    if centred:
+        record["two_pass_variances"] = centred
+        notes.append(_variance_note(centred))
+    if not values and not dynamic and not centred:
+        return handle
     content = _folded(model) if values else _checked(model)
     try:
-        parity = _check(handle, values, content, arrays, dynamic)
+        parity = _check(handle, values, content, arrays, dynamic, centred)
         notes.append(_parity_note(parity, dynamic))
     except (ConversionError, DataError) as exc:
         if arrays is not None:  # on the user's samples, a mismatch stops the build
@@ -79,6 +86,13 @@ def _pin_note(values: dict[str, np.ndarray]) -> str:
     pinned = ", ".join(f"'{k}' = {v.tolist()}" for k, v in values.items())
     return (f"input {pinned} pinned for the build ({FLAG}): the artifact has no such input "
             "and computes the model at that value; the app must not feed it")
+
+
+def _variance_note(count: int) -> str:
+    return (f"{count} variance{'s' if count > 1 else ''} computed as E[x²] − E[x]² (a fast "
+            "variance, as flax's layer norm writes it) rewritten as E[(x − E[x])²]: the "
+            "same value, without the cancellation that turns the difference into rounding "
+            "noise once each mean is on an int8 grid")
 
 
 def _counts(replaced: dict[str, int]) -> str:
@@ -128,7 +142,7 @@ def _samples(handle: ModelHandle, arrays: dict[str, np.ndarray] | None) -> dict:
     return {k: v[:CHECK_SAMPLES] for k, v in arrays.items()}
 
 
-def _check(handle, values, content: bytes, arrays, dynamic: bool) -> dict:
+def _check(handle, values, content: bytes, arrays, dynamic: bool, centred: int) -> dict:
     """Parity of the rewritten model against the user's file, in onnxruntime."""
     feeds = _samples(handle, arrays)
     count = len(next(iter(feeds.values())))
@@ -136,7 +150,9 @@ def _check(handle, values, content: bytes, arrays, dynamic: bool) -> dict:
                   for k, v in values.items()}  # batch-first, as every feed
     reference = OnnxRunner(handle.path).run({**feeds, **per_sample})
     rewritten = OnnxRunner(content).run(feeds)
-    what = "dequantizing the model" if dynamic else f"pinning {', '.join(values)}"
+    what = " and ".join(part for part, done in (
+        ("dequantizing the model", dynamic), (f"pinning {', '.join(values)}", values),
+        ("computing the variances in two passes", centred)) if done)
     parity = check_parity(reference, rewritten, what)
     if not dynamic and parity.cosine < PIN_COSINE:
         raise ConversionError(f"{what} changed the model's outputs (cosine "

@@ -603,7 +603,8 @@ class RewriteParity:
 @dataclass(frozen=True)
 class OnnxRewrite:
     """The .onnx rewritten before the build: inputs pinned (--input-value), dynamic
-    quantization undone (int8 weights dequantized into the float model edgeopt quantizes)."""
+    quantization undone (int8 weights dequantized into the float model edgeopt quantizes),
+    fast variances E[x²] − E[x]² computed in two passes, E[(x − E[x])²]."""
 
     original_file: str
     original_bytes: int = field(metadata=NON_NEGATIVE)
@@ -614,6 +615,9 @@ class OnnxRewrite:
         "app must not feed it"))
     dequantized_ops: dict[str, int] | None = _opt(
         description="dynamic-quantization op -> how many were rewritten to float ops")
+    two_pass_variances: int | None = _opt(
+        description="how many variances written E[x²] − E[x]² were rewritten as "
+                    "E[(x − E[x])²] (the same value; no cancellation on an int8 grid)")
 
 
 @dataclass(frozen=True)
