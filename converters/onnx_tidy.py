@@ -23,7 +23,8 @@ def _bodies(graph):
                 yield from _bodies(body)
 
 
-def _constants(graph) -> dict[str, np.ndarray]:
+def constants(graph) -> dict[str, np.ndarray]:
+    """The graph's constant tensors by name: its initializers and Constant nodes' values."""
     from onnx import numpy_helper
 
     values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
@@ -59,7 +60,7 @@ def plain_slices(model) -> int:
 
     rewritten = 0
     for graph in _bodies(model.graph):
-        values = _constants(graph)
+        values = constants(graph)
         for node in graph.node:
             parts = _slice_parts(node, values) if node.op_type == "Slice" else None
             if parts is None:

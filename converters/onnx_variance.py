@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgeopt.converters.onnx_tidy import constants
+
 _SUFFIX = "__two_pass"
 
 
@@ -57,16 +59,6 @@ class _Mean:
 
 def _opset(model) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-
-
-def _constants(graph) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
 
 
 def _attr(node, name: str, default):
@@ -193,7 +185,7 @@ def _same_reduction(a: _Mean, b: _Mean, values) -> bool:
 def two_pass_variance(model) -> int:
     """Rewrite every fast variance of the main graph in place; returns how many."""
     graph = model.graph
-    values = _constants(graph)
+    values = constants(graph)
     producer = {o: n for n in graph.node for o in n.output if o}
     opset = _opset(model)
     rewritten = 0
