@@ -56,12 +56,12 @@ def _watch_logits(captured: dict) -> None:
 
 def _logits_ranges(captured: dict) -> dict:
     """Each tensor feeding a softmax output: its range at the start and end of training."""
-    from edgeopt.calibration.qat import _producers, learned_ranges, softmax_outputs
+    from edgeopt.calibration.qat import learned_ranges, producers, softmax_outputs
 
     if not captured:
         return {}
     folded, end = captured["folded"], learned_ranges(captured["student"])
-    names = {p for n in softmax_outputs(folded) for p in _producers(folded.get_layer(n))}
+    names = {p for n in softmax_outputs(folded) for p in producers(folded.get_layer(n))}
     return {n: {"start": [round(v, 4) for v in captured["start"][n]],
                 "learned": [round(v, 4) for v in end[n]]}
             for n in sorted(names) if n in end}

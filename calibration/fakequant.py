@@ -26,6 +26,9 @@ from typing import Any
 WEIGHT_QMAX = 127          # int8 symmetric weights: [-127, 127] (TFLite, onnxruntime)
 MIN_SCALE = 1e-12          # weights.MIN_SCALE: an all-zero channel keeps a finite scale
 MIN_WIDTH = 1e-6           # an activation range never collapses to a point
+# The path suffixes of ActivationQuantizer's range variables: trained at their own rate,
+# and not weights (a gradient reaching only them does not train the model)
+RANGE_VARIABLES = ("/low", "/high")
 
 
 def fake_quant_weight(kernel: Any, reduce_axes: tuple[int, ...]) -> Any:
@@ -70,7 +73,7 @@ def qat_layers() -> SimpleNamespace:
 
         def build(self, input_shape):
             zero = keras.initializers.Constant(0.0)
-            self.low = self.add_weight(shape=(), name="low", initializer=zero)
+            self.low = self.add_weight(shape=(), name="low", initializer=zero)  # RANGE_VARIABLES
             self.high = self.add_weight(shape=(), name="high", initializer=zero)
 
         def call(self, x):

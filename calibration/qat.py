@@ -28,7 +28,8 @@ MATCH_TOLERANCE = 1e-3    # relative to the tensor's largest magnitude
 WEIGHT_CLASSES = ("Conv2D", "DepthwiseConv2D", "Dense")
 
 
-def _producers(layer: Any) -> list[str]:
+def producers(layer: Any) -> list[str]:
+    """The names of the layers whose outputs `layer` reads."""
     nodes = layer._inbound_nodes
     return [p.operation.name for node in nodes for p in node.parent_nodes]
 
@@ -36,7 +37,7 @@ def _producers(layer: Any) -> list[str]:
 def consumers(model: Any) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {layer.name: [] for layer in model.layers}
     for layer in model.layers:
-        for name in _producers(layer):
+        for name in producers(layer):
             found.setdefault(name, []).append(layer.name)
     return found
 
@@ -55,7 +56,7 @@ def foldable_pairs(model: Any) -> dict[str, str]:
     for layer in model.layers:
         if not isinstance(layer, keras.layers.BatchNormalization) or len(layer._inbound_nodes) != 1:
             continue
-        source = _producers(layer)
+        source = producers(layer)
         if len(source) != 1:
             continue
         conv = model.get_layer(source[0])

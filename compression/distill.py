@@ -123,13 +123,15 @@ def _loss(student_logits: Any, teacher_logits: np.ndarray, labels: Any,
     return loss
 
 
-def require_gradients(student: Any, probe: np.ndarray, what: str) -> None:
+def require_gradients(student: Any, probe: np.ndarray, what: str,
+                      not_weights: tuple[str, ...] = ()) -> None:
     """A clear error when no gradient reaches any trainable weight from the output (an
-    imported ONNX model whose nodes after its weights run in onnxruntime)."""
+    imported ONNX model whose nodes after its weights run in onnxruntime). Variables whose
+    path ends in one of `not_weights` (QAT's quantizer ranges) do not count as weights."""
     import tensorflow as tf
 
     variables = [v for v in student.trainable_variables
-                 if not v.path.endswith(("/low", "/high"))]
+                 if not (not_weights and v.path.endswith(not_weights))]
     if not variables:
         return
     with tf.GradientTape() as tape:

@@ -23,6 +23,7 @@ import numpy as np
 
 from edgeopt.calibration.config import Precision, QuantConfig, QuantResult
 from edgeopt.calibration.engine import quantize_with
+from edgeopt.calibration.fakequant import RANGE_VARIABLES
 from edgeopt.calibration.finish import validate
 from edgeopt.calibration.qat import (
     equalize_separable,
@@ -182,7 +183,7 @@ def training_graph(job: QatJob, ptq: QuantResult,
     if quantized_layer_count(student) == 0:
         raise ConfigError("--qat: the model has no trainable quantized layer (no Conv2D, "
                           "DepthwiseConv2D or Dense with channels-last weights)")
-    require_gradients(student, job.train_inputs[:2], "--qat")
+    require_gradients(student, job.train_inputs[:2], "--qat", RANGE_VARIABLES)
     return folded, student
 
 
@@ -203,8 +204,8 @@ def train(job: QatJob, student: Any, settings: QatSettings, progress: Progress) 
     the best held-back epoch's weights kept."""
     config = DistillConfig(epochs=settings.epochs, batch_size=settings.batch_size,
                            learning_rate=settings.learning_rate, patience=settings.patience,
-                           learning_rates=tuple((f"/{end}", settings.range_learning_rate)
-                                                for end in ("low", "high")),
+                           learning_rates=tuple((suffix, settings.range_learning_rate)
+                                                for suffix in RANGE_VARIABLES),
                            augment=(), seed=settings.seed)
     result = distill(runtime_teacher(job.source, student), student, job.train_inputs,
                      job.train_labels, config, _EpochBar(settings.epochs, progress))
