@@ -137,9 +137,18 @@ INTERRUPT = textwrap.dedent("""
     import os, signal, sys, threading, time
     from pathlib import Path
     from edgeopt.atomic import write_file_atomic
-    target, delay = Path(sys.argv[1]), float(sys.argv[2])
+    target, when = Path(sys.argv[1]), sys.argv[2]
     content = os.urandom(1 << 20) * 96
-    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+    if when.startswith("after:"):  # SIGINT the moment the writer leaves this os call
+        name = when.split(":")[1]
+        real = getattr(os, name)
+        def interrupted(*args):
+            result = real(*args)
+            os.kill(os.getpid(), signal.SIGINT)
+            return result
+        setattr(os, name, interrupted)
+    else:  # SIGINT from a timer, wherever the writer is by then
+        threading.Timer(float(when), os.kill, (os.getpid(), signal.SIGINT)).start()
     try:
         write_file_atomic(target, content)
         print("done")
@@ -150,21 +159,26 @@ INTERRUPT = textwrap.dedent("""
 
 
 def test_an_interrupted_write_leaves_a_whole_file_and_no_temporary(tmp_path):
+    """SIGINT at fixed points of the writer (after the data's fsync: before the rename;
+    after the rename) and from timers (wherever the writer is under this machine's load:
+    a loaded machine may finish every timed write first, so those only check the file)."""
     target = tmp_path / "m.tflite"
-    outcomes = set()
-    for delay in (0.0005, 0.005, 0.02, 0.05, 0.1):
+    outcomes, sizes = {}, {}
+    for when in ("after:fsync", "after:replace", "0.0005", "0.005", "0.02", "0.05", "0.1"):
         target.write_bytes(b"old")
-        proc = subprocess.run([sys.executable, "-c", INTERRUPT, str(target), str(delay)],
+        proc = subprocess.run([sys.executable, "-c", INTERRUPT, str(target), when],
                               capture_output=True, text=True, timeout=120)
-        outcome = proc.stdout.strip()
-        outcomes.add(outcome)
+        outcome = outcomes[when] = proc.stdout.strip()
+        sizes[when] = target.stat().st_size
         assert outcome in ("done", "interrupted"), proc.stderr
         # the old file or the whole new one (an interrupt after the rename), never a part
         assert target.stat().st_size in (3, 96 << 20)
         if outcome == "done":
             assert target.stat().st_size == 96 << 20
         assert _temps(tmp_path) == []
-    assert "interrupted" in outcomes
+    # before the rename: the old file stays; after it: the new file, whole
+    assert (outcomes["after:fsync"], sizes["after:fsync"]) == ("interrupted", 3)
+    assert (outcomes["after:replace"], sizes["after:replace"]) == ("interrupted", 96 << 20)
 
 
 def test_append_adds_lines_and_refuses_a_fifo(tmp_path):
