@@ -14,6 +14,8 @@ import numpy as np
 
 from edgeopt.errors import ModelLoadError, first_line
 
+# A flatbuffer holds at most 2 GB: a file this large keeps its buffers where they are
+INLINE_LIMIT = 2**31 - 2**26
 NUMPY_TYPES = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT8": np.int8,
                "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64}
 
@@ -24,17 +26,33 @@ def schema():
     return generated
 
 
-def unpack(content: bytes) -> Any:
-    """The mutable `ModelT`; None when buffers sit after the flatbuffer (> 2 GB models),
-    which the object API cannot write back."""
+def unpack(content: bytes, inline: bool = False) -> Any:
+    """The mutable `ModelT`. Buffers stored after the flatbuffer (Buffer.offset/size: how
+    the converter writes large or >2 GB models), which the object API cannot write back:
+    None, or with `inline` moved into it when the file is small enough to pack as one
+    flatbuffer (under 2 GB; None above)."""
     generated = schema()
     try:
         model = generated.ModelT.InitFromObj(generated.Model.GetRootAs(content, 0))
     except Exception as exc:  # no verifier in Python: any decoding error means corrupt
         raise ModelLoadError(f"corrupt TFLite flatbuffer ({first_line(exc)})") from exc
     if any(b is not None and b.offset > 1 for b in model.buffers or []):
-        return None
+        if not inline or len(content) >= INLINE_LIMIT:
+            return None
+        inline_buffers(model, content)
     return model
+
+
+def inline_buffers(model: Any, content: bytes) -> None:
+    """Weights stored after the flatbuffer (Buffer.offset/size) moved into it, so that the
+    model packs anew as one flatbuffer."""
+    for buffer in model.buffers or []:
+        if buffer is not None and buffer.offset > 1:
+            if buffer.offset + buffer.size > len(content):
+                raise ModelLoadError("a weight buffer points past the end of the file")
+            buffer.data = np.frombuffer(content, np.uint8, count=buffer.size,
+                                        offset=buffer.offset)
+            buffer.offset = buffer.size = 0
 
 
 def pack(model: Any) -> bytes:

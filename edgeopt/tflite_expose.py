@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeopt.errors import ModelLoadError, first_line
+from edgeopt.tflite_edit import inline_buffers
 
 # TensorType values with no array behind them (STRING, RESOURCE, VARIANT): LiteRT cannot
 # hand them out as outputs (reading a resource tensor even crashes the interpreter).
@@ -57,24 +58,10 @@ def _pack(model: Any) -> bytes:
     return bytes(builder.Output())
 
 
-def _inline_buffers(model: Any, content: bytes) -> None:
-    """Weights stored after the flatbuffer (Buffer.offset/size) moved into it: the copy is
-    packed anew and only the flatbuffer part is written."""
-    import numpy as np
-
-    for buffer in model.buffers or []:
-        if buffer is not None and buffer.offset > 1:
-            if buffer.offset + buffer.size > len(content):
-                raise ModelLoadError("a weight buffer points past the end of the file")
-            buffer.data = np.frombuffer(content, np.uint8, count=buffer.size,
-                                        offset=buffer.offset)
-            buffer.offset = buffer.size = 0
-
-
 def expose_op_outputs(content: bytes) -> ExposedModel:
     """`content` with every op output of subgraph 0 appended to its outputs."""
     model = _unpack(content)
-    _inline_buffers(model, content)
+    inline_buffers(model, content)
     graph = model.subgraphs[0]
     original = [int(t) for t in (graph.outputs if graph.outputs is not None else [])]
     outputs = list(original)
