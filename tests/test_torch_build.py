@@ -79,6 +79,37 @@ def test_quantize_and_compress_take_a_pt2(run_cli, heads_pt2, heads_calib, tmp_p
         manifest["compression"]["size_bytes"]["before"]
 
 
+class OneHead(torch.nn.Module):
+    """Conv-BN-ReLU, a strided conv, a linear head: one input, one output, as --qat takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 16, 3, stride=2, padding=1), torch.nn.ReLU())
+        self.classifier = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean((2, 3)))
+
+
+def test_qat_trains_a_pt2_through_its_onnx_export(run_cli, tmp_path):
+    """Issue 19 item 2: a PyTorch source trains through the ONNX->Keras import (the .pt2's
+    ONNX export is the model every stage sees); the record says QAT ran and what shipped."""
+    pt2 = save_program(OneHead(), (1, 3, 16, 16), tmp_path / "net.pt2")
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.random.default_rng(0).standard_normal((60, 3, 16, 16)).astype(
+        np.float32))
+    out = tmp_path / "qat.tflite"
+    result = run_cli("quantize", pt2, "--calib", calib, "--qat", "--epochs", "2", "-o", out,
+                     "--json")
+    assert result.exit_code == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["qat"]["ran"] and record["qat"]["epochs_run"] >= 1
+    assert record["qat"]["shipped"] in ("qat", "ptq")
+    assert out.read_bytes()[4:8] == b"TFL3"
+
+
 class CeilPool(torch.nn.Module):
     """facenet-pytorch ONet's pattern: conv, per-channel PReLU, MaxPool2d(ceil_mode=True)
     on a size the window does not tile (10 -> 5), so onnx2tf pads with float32's lowest."""
