@@ -173,3 +173,22 @@ def test_the_int8_model_keeps_the_layer_norm(tmp_path):
     agreement = (got.argmax(1) == reference.argmax(1)).mean()
     assert sqnr > 25 and agreement >= 0.95, (sqnr, agreement)  # off: 17.8 dB
     assert json.dumps(record)  # the record is JSON as written
+
+
+def test_a_build_records_it_in_the_manifest(run_cli, tmp_path):
+    """The bundle says what was rewritten: `onnx_rewrite.two_pass_variances` and a note,
+    in a manifest that parses against the shipped schema."""
+    import onnx
+
+    from edgeopt.manifest import parse_manifest
+
+    path, calib, out = tmp_path / "ln.onnx", tmp_path / "calib.npz", tmp_path / "bundle"
+    onnx.save(layer_norm("sum", classes=8), str(path))
+    np.savez(calib, x=offset_rows(120, 6))
+    result = run_cli("build", path, "--device", "host-cpu", "--format", "onnx", "--calib",
+                     calib, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    parse_manifest(manifest)
+    assert manifest["onnx_rewrite"]["two_pass_variances"] == 1
+    assert any("E[(x − E[x])²]" in note for note in manifest["notes"])
