@@ -7,6 +7,8 @@ equal, simpler one, in the main graph and in every If/Loop/Scan body.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import numpy as np
 
 # Slice ends at or beyond this run to the end of the axis (exporters write INT64_MAX,
@@ -23,18 +25,39 @@ def _bodies(graph):
                 yield from _bodies(body)
 
 
-def constants(graph) -> dict[str, np.ndarray]:
+class Constants(Mapping):
+    """The graph's constant tensors by name (its initializers, then Constant nodes' values),
+    each made a numpy array the first time it is read: a rewrite that looks at a few
+    scalars does not copy every weight of the model."""
+
+    def __init__(self, graph) -> None:
+        self._protos = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.attribute and \
+                    node.attribute[0].name == "value":
+                self._protos[node.output[0]] = node.attribute[0].t
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            from onnx import numpy_helper
+
+            self._arrays[name] = numpy_helper.to_array(self._protos[name])
+        return self._arrays[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._protos)
+
+    def __len__(self) -> int:
+        return len(self._protos)
+
+
+def constants(graph) -> Constants:
     """The graph's constant tensors by name: its initializers and Constant nodes' values."""
-    from onnx import numpy_helper
-
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
+    return Constants(graph)
 
 
-def _slice_parts(node, values: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+def _slice_parts(node, values: Mapping[str, np.ndarray]) -> list[np.ndarray] | None:
     """starts, ends, axes, steps of an opset-10+ Slice when all four are constants."""
     if len(node.input) < 4 or any(name not in values for name in node.input[1:4]):
         return None
