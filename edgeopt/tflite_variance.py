@@ -12,6 +12,7 @@ source and checks the result against the original under LiteRT.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,9 +129,7 @@ def _op(model: Any, name: str, inputs: list[int], outputs: list[int], options=No
     return op
 
 
-def _copy_op(model: Any, op: Any, inputs: list[int], outputs: list[int]) -> Any:
-    import copy
-
+def _copy_op(op: Any, inputs: list[int], outputs: list[int]) -> Any:
     new = copy.deepcopy(op)
     new.inputs, new.outputs = list(inputs), list(outputs)
     return new
@@ -169,18 +168,15 @@ def _replacement(model: Any, subgraph: Any, sub: Any, mean_out: int, mean: _Mean
     ops.append(_op(model, "MUL", [centred, centred], [squared], generated.MulOptionsT(),
                    "MulOptions"))
     target = int(sub.outputs[0])
+    reduced = target if squares.scale is None else _tensor(
+        subgraph, subgraph.tensors[int(squares.reduce.outputs[0])], f"{base}/sum")
+    ops.append(_copy_op(squares.reduce, [squared, int(squares.reduce.inputs[1])], [reduced]))
     if squares.scale is None:
-        ops.append(_copy_op(model, squares.reduce, [squared, int(squares.reduce.inputs[1])],
-                            [target]))
         return ops
-    summed_like = subgraph.tensors[int(squares.reduce.outputs[0])]
-    summed = _tensor(subgraph, summed_like, f"{base}/sum")
-    ops.append(_copy_op(model, squares.reduce, [squared, int(squares.reduce.inputs[1])],
-                        [summed]))
     position = 0 if int(squares.scale.inputs[0]) == int(squares.reduce.outputs[0]) else 1
     inputs = [int(i) for i in squares.scale.inputs]
-    inputs[position] = summed
-    ops.append(_copy_op(model, squares.scale, inputs, [target]))
+    inputs[position] = reduced
+    ops.append(_copy_op(squares.scale, inputs, [target]))
     return ops
 
 
