@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeopt.errors import ConversionError
+from edgeopt.tflite_edit import inline_buffers as _inline_into
 
 _FLOAT32 = 0  # TensorType.FLOAT32
 
@@ -121,13 +122,7 @@ def unpack_model(model: bytes):
     from ai_edge_litert import schema_py_generated as schema
 
     unpacked = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
-    for buffer in unpacked.buffers or []:
-        if buffer.offset > 1:
-            start, size = int(buffer.offset), int(buffer.size)
-            if start + size > len(model):
-                raise ConversionError(f"the .tflite buffer at {start} runs past the file end")
-            buffer.data = np.frombuffer(model, np.uint8, size, start).copy()
-            buffer.offset, buffer.size = 0, 0
+    _inline_into(unpacked, model)
     return unpacked
 
 
