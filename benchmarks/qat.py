@@ -16,12 +16,19 @@ Three models (`--model`):
   types) on real files of this machine labelled by their extension (top-1 accuracy).
   Its variances are ones edgeopt rewrites in two passes (converters/onnx_variance), so
   PTQ and QAT also run with that rewrite switched off, in the same run.
+* `ppocrv4_rec`: the real pretrained text recognizer of the `rapidocr-onnxruntime` wheel
+  (PP-OCRv4 SVTR-LCNet: depthwise convs with hard-swish, squeeze-excite, two attention
+  blocks, CTC over 6,625 characters) on printed lines with known text (zoo.printed_lines:
+  words of scikit-learn's dataset descriptions in matplotlib's fonts), preprocessed as
+  rapidocr does. Measure: the line read exactly (greedy CTC) against the printed text;
+  QAT is label-free (a CTC target is not a class label).
 
 One run compares, on the same held-out samples, in LiteRT: float, the TFLite converter's
 full-integer int8 (its own min-max), ai-edge-quantizer's static int8 (min-max),
 edgeopt's PTQ (`edgeopt quantize`, ranges `auto`), edgeopt's QAT with labels (when the
 data has them) and label-free (`edgeopt quantize --qat`, distillation only), with the QAT
-step's wall time, its parts, and the load average around it.
+step's wall time, its parts, and the load average around it; each also as agreement with
+the float model.
 
     python benchmarks/qat.py [--model fer_emotion] [--epochs 10] [--workdir /tmp/qat-bench]
     # prints a table, writes benchmarks/results/qat_<model>.json
@@ -233,17 +240,66 @@ def magika_files() -> dict:
                                for k, v in sorted(by_type.items())}}
 
 
-def top1(content: bytes, images: np.ndarray) -> np.ndarray:
+OCR_CALIB, OCR_EVAL = 400, 600
+
+
+def ppocr_model() -> Path:
+    from zoo import package_dir
+
+    return package_dir("rapidocr_onnxruntime") / "models" / "ch_PP-OCRv4_rec_infer.onnx"
+
+
+def ppocr_charset() -> list[str]:
+    """The recognizer's classes, as rapidocr reads them: blank, the model's 'character'
+    metadata (one per line), then a space."""
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(ppocr_model()),
+                                               load_external_data=False).metadata_props}
+    return ["", *meta["character"].splitlines(), " "]
+
+
+def ppocr_lines() -> dict:
+    """Printed lines with their text (zoo.printed_lines, one seed), as rapidocr feeds them
+    (zoo.rapidocr_rec_tensor, NCHW 3x48x320): 400 calibrate and train, 600 held out.
+    No labels go to edgeopt; the text is the truth the benchmark scores against."""
+    from zoo import printed_lines, rapidocr_rec_tensor
+
+    images, texts = printed_lines(np.random.default_rng(0), OCR_CALIB + OCR_EVAL)
+    x = rapidocr_rec_tensor(images)
+    return {"calib": (x[:OCR_CALIB], None), "eval": (x[OCR_CALIB:], None),
+            "truth": np.array(texts[OCR_CALIB:], dtype=object)}
+
+
+def top1(outputs: np.ndarray) -> np.ndarray:
+    return outputs.argmax(-1)
+
+
+def ctc_lines(outputs: np.ndarray) -> np.ndarray:
+    """Greedy CTC (edgeopt.task_metrics, blank 0) spelled in the recognizer's characters."""
+    from edgeopt.task_metrics import ctc_greedy
+
+    chars = ppocr_charset()
+    return np.array(["".join(chars[i] for i in line) for line in ctc_greedy(outputs)],
+                    dtype=object)
+
+
+def predict(content: bytes, images: np.ndarray, perm: tuple[int, ...] | None,
+            read=top1) -> np.ndarray:
+    """What a .tflite says on ``images`` (source layout, moved to the artifact's by
+    ``perm``), read by ``read`` from its first output."""
     from edgeopt.runtime import TFLiteRunner, run_dataset
 
     runner = TFLiteRunner(content)
-    return run_dataset(runner, {runner.input_names[0]: images})[0].argmax(-1)
+    feed = images.transpose(perm) if perm else images
+    return read(run_dataset(runner, {runner.input_names[0]: feed})[0])
 
 
 def baselines(model_path: Path, name: str, calib: np.ndarray, workdir: Path,
-              shapes: tuple[str, ...] = ()) -> dict:
+              shapes: tuple[str, ...] = ()) -> tuple[dict, tuple[int, ...] | None]:
     """Float and the two libraries' own int8 from the same model (an ONNX one through
-    edgeopt's float conversion: onnx2tf's SavedModel for the converter)."""
+    edgeopt's float conversion: onnx2tf's SavedModel for the converter), and the
+    permutation from the source's input layout to the .tflite's (None: the same)."""
     from edgeopt.calibration import tflite_aeq, tflite_converter
     from edgeopt.converters.float_tflite import to_float_tflite
     from edgeopt.converters.tf_source import from_keras, run_converter
@@ -253,14 +309,15 @@ def baselines(model_path: Path, name: str, calib: np.ndarray, workdir: Path,
         conversion = to_float_tflite(with_input_shapes(load_model(model_path), shapes),
                                      workdir, {name: calib[:8]})
         source, float_tflite = conversion.tf_source, conversion.tflite
+        perm = conversion.input_perms.get(name)
     else:
         source = from_keras(load_keras(model_path), workdir)
-        float_tflite = run_converter(source.converter(), "float")
-    feed = {name: calib}
+        float_tflite, perm = run_converter(source.converter(), "float"), None
+    feed = {name: calib.transpose(perm) if perm else calib}
     return {"float": float_tflite,
             "TFLite converter int8": tflite_converter.full_integer(source, feed, "float32"),
             "ai-edge-quantizer static int8": tflite_aeq.full_integer(float_tflite, feed,
-                                                                    "float32")}
+                                                                    "float32")}, perm
 
 
 def fast_variances(model_path: Path) -> int:
@@ -291,7 +348,7 @@ def variance_as_written():
 
 
 def edgeopt_runs(model_path: Path, workdir: Path, epochs: int, labelled: bool,
-                 shapes: tuple[str, ...] = ()) -> dict:
+                 shapes: tuple[str, ...] = (), task: str | None = None) -> dict:
     """edgeopt PTQ, QAT with labels (when there are labels) and label-free QAT; for a model
     with a fast variance, PTQ and QAT (labels when there are labels) also with the
     rewrite switched off."""
@@ -317,7 +374,7 @@ def edgeopt_runs(model_path: Path, workdir: Path, epochs: int, labelled: bool,
         with variance_as_written() if "rewrite off" in name else nullcontext():
             record = quantize_file(QuantizeRequest(
                 str(model_path), str(workdir / calib), str(out), eval=str(workdir / "eval.npz"),
-                qat=qat, qat_epochs=epochs, input_shapes=shapes))
+                qat=qat, qat_epochs=epochs, input_shapes=shapes, task=task))
         runs[name] = {"content": out.read_bytes(), "seconds": time.monotonic() - started,
                       "record": record, "load_before": load, "load_after": load_average()}
     return runs
@@ -325,8 +382,11 @@ def edgeopt_runs(model_path: Path, workdir: Path, epochs: int, labelled: bool,
 
 MODELS = {"fer_emotion": (fer_faces, fer_model, "input_1"),
           "mnv3_digits": (digits, train_float, "image"),
-          "magika": (magika_files, lambda *_: magika_model(), "bytes")}
-INPUT_SHAPES = {"magika": ("bytes:1,2048",)}
+          "magika": (magika_files, lambda *_: magika_model(), "bytes"),
+          "ppocrv4_rec": (ppocr_lines, lambda *_: ppocr_model(), "x")}
+INPUT_SHAPES = {"magika": ("bytes:1,2048",), "ppocrv4_rec": ("x:1,3,48,320",)}
+READ = {"ppocrv4_rec": ctc_lines}           # how an output becomes a comparable answer
+TASKS = {"ppocrv4_rec": "sequence"}         # edgeopt's --task (its own report's metric)
 
 
 def write_data(data: dict, name: str, workdir: Path) -> None:
@@ -366,23 +426,28 @@ def main(argv: list[str] | None = None) -> int:
     model_path = make_model(data, args.train_epochs, workdir)
     labels = data["eval"][1]
     shapes = INPUT_SHAPES.get(args.model, ())
-    models = baselines(model_path, input_name, data["calib"][0], workdir, shapes)
-    runs = edgeopt_runs(model_path, workdir, args.epochs, labels is not None, shapes)
+    models, perm = baselines(model_path, input_name, data["calib"][0], workdir, shapes)
+    runs = edgeopt_runs(model_path, workdir, args.epochs, labels is not None, shapes,
+                        TASKS.get(args.model))
     models.update({k: v["content"] for k, v in runs.items()})
     picks, failures = {}, {}
     for name, content in models.items():
         (workdir / f"{name.replace(' ', '_').replace(',', '')}.tflite").write_bytes(content)
         try:
-            picks[name] = top1(content, data["eval"][0])
+            picks[name] = predict(content, data["eval"][0], perm, READ.get(args.model, top1))
         except ConversionError as exc:  # an int8 kernel may refuse these inputs
             failures[name] = str(exc)
-    truth = picks["float"] if labels is None else labels
-    metric = "top-1 agreement with float %" if labels is None else "top-1 %"
+    truth = data.get("truth", labels)
+    truth = picks["float"] if truth is None else truth
+    metric = ("top-1 agreement with float %" if truth is picks["float"] else
+              "line read exactly %" if args.model in READ else "top-1 %")
     scores = {name: float((p == truth).mean() * 100) for name, p in picks.items()}
-    rows = [[name, f"{scores[name]:.2f}", f"{scores[name] - scores['float']:+.2f}"]
-            if name in scores else [name, "fails in LiteRT", failures[name][:60]]
+    agree = {name: float((p == picks["float"]).mean() * 100) for name, p in picks.items()}
+    rows = [[name, f"{scores[name]:.2f}", f"{scores[name] - scores['float']:+.2f}",
+             f"{agree[name]:.2f}"]
+            if name in scores else [name, "fails in LiteRT", failures[name][:60], ""]
             for name in models]
-    print_table(["model", metric, "vs float", "KiB"],
+    print_table(["model", metric, "vs float", "agrees with float %", "KiB"],
                 [row + [len(models[row[0]]) // 1024] for row in rows])
     qat = {k: qat_summary(v) for k, v in runs.items() if "QAT" in k}
     for name, q in qat.items():
@@ -393,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model, "digits_size": SIZE if args.model == "mnv3_digits" else None,
         "metric": metric, "eval_samples": int(len(data["eval"][0])),
         "calib_samples": int(len(data["calib"][0])), "top1_percent": scores,
+        "agreement_with_float_percent": agree,
         "fails_in_litert": failures or None,
         "drop_points": {k: round(v - scores["float"], 3) for k, v in scores.items()},
         "magika_files_per_type": data.get("files_per_type"),

@@ -92,14 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     float_path = work / "float.tflite"
     if not float_path.exists():
         float_path.write_bytes(bench.baselines(model, "input_1", data["calib"][0],
-                                               work / "convert")["float"])
-    reference = bench.top1(float_path.read_bytes(), data["eval"][0])
+                                               work / "convert")[0]["float"])
+    reference = bench.predict(float_path.read_bytes(), data["eval"][0], None)
     out = work / f"{args.tag}.tflite"
     started = time.monotonic()
     record = quantize_file(QuantizeRequest(
         str(model), str(work / "calib_unlabelled.npz"), str(out), eval=str(work / "eval.npz"),
         qat=settings.get("qat", True), qat_epochs=settings.get("epochs", 10)))
-    picks = bench.top1(out.read_bytes(), data["eval"][0])
+    picks = bench.predict(out.read_bytes(), data["eval"][0], None)
     qat = record.get("qat") or {}
     line = {"tag": args.tag, "settings": settings,
             "agreement_percent": round(float((picks == reference).mean() * 100), 2),

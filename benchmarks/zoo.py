@@ -189,6 +189,65 @@ def text_crops(rng, n: int) -> list[np.ndarray]:
     return out
 
 
+# matplotlib's own fonts (the wheel ships them): sans, serif, mono, italic, bold, TeX
+PRINT_FONTS = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSans-Oblique.ttf",
+               "DejaVuSerif.ttf", "DejaVuSerif-Italic.ttf", "DejaVuSansMono.ttf",
+               "STIXGeneral.ttf", "STIXGeneralBol.ttf", "cmr10.ttf", "cmss10.ttf")
+
+
+def printed_lines(rng, n: int) -> tuple[list[np.ndarray], list[str]]:
+    """n labelled text lines: (grey uint8 images, their text). The text is 1-3 consecutive
+    words (3-20 characters) of scikit-learn's dataset descriptions (English prose with
+    numbers and punctuation), printed in one of matplotlib's fonts at 26-39 px, dark on a
+    light background, half of them blurred, with sensor-like noise."""
+    import matplotlib
+    import sklearn
+    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+    prose = " ".join(p.read_text() for p in sorted(
+        (Path(sklearn.__file__).parent / "datasets" / "descr").glob("*.rst")))
+    words = [w for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9.,:%()'-]*", prose) if len(w) <= 14]
+    fonts = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+    images, texts = [], []
+    while len(texts) < n:
+        count = int(rng.integers(1, 4))
+        start = int(rng.integers(0, len(words) - count))
+        text = " ".join(words[start:start + count])
+        if not 3 <= len(text) <= 20:
+            continue
+        font = ImageFont.truetype(str(fonts / PRINT_FONTS[rng.integers(len(PRINT_FONTS))]),
+                                  int(rng.integers(26, 40)))
+        left, top, right, bottom = font.getbbox(text)
+        pad = int(rng.integers(2, 8))
+        image = Image.new("L", (right - left + 2 * pad, bottom - top + 2 * pad),
+                          int(rng.integers(170, 256)))
+        ImageDraw.Draw(image).text((pad - left, pad - top), text, font=font,
+                                   fill=int(rng.integers(0, 90)))
+        if rng.random() < 0.5:
+            image = image.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.0)))
+        noisy = np.asarray(image, np.float32) + rng.normal(0, rng.uniform(0, 8),
+                                                           (image.height, image.width))
+        images.append(np.clip(noisy, 0, 255).astype(np.uint8))
+        texts.append(text)
+    return images, texts
+
+
+def rapidocr_rec_tensor(crops: list[np.ndarray], width: int = 320) -> np.ndarray:
+    """ch_ppocr_rec/text_recognize.py resize_norm_img: height 48, width by aspect (<= 48 *
+    max_wh_ratio), x/255, -0.5, /0.5, CHW, zero-padded on the right to the batch width;
+    grey crops stacked to 3 channels."""
+    out = []
+    for crop in crops:
+        h, w = crop.shape
+        rw = min(width, int(np.ceil(48 * w / h)))
+        line = resize(np.stack([crop] * 3, -1), rw, 48).astype(np.float32)
+        line = (line / 255.0 - 0.5) / 0.5
+        padded = np.zeros((48, width, 3), np.float32)
+        padded[:, :rw] = line
+        out.append(padded)
+    return _nchw(out)
+
+
 SENTENCES = (
     "Hey Jarvis, turn on the kitchen lights.",
     "Okay Nabu, what is the weather like tomorrow?",
@@ -283,19 +342,7 @@ def rapidocr_det_inputs(e: Entry, n: int, seed: int) -> Inputs:
 
 
 def rapidocr_rec_inputs(e: Entry, n: int, seed: int, width: int = 320) -> Inputs:
-    # ch_ppocr_rec/text_recognize.py resize_norm_img: height 48, width by aspect (<= 48 *
-    # max_wh_ratio), x/255, -0.5, /0.5, CHW, zero-padded on the right to the batch width.
-    rng = np.random.default_rng(seed)
-    out = []
-    for crop in text_crops(rng, n):
-        h, w = crop.shape
-        rw = min(width, int(np.ceil(48 * w / h)))
-        line = resize(np.stack([crop] * 3, -1), rw, 48).astype(np.float32)
-        line = (line / 255.0 - 0.5) / 0.5
-        padded = np.zeros((48, width, 3), np.float32)
-        padded[:, :rw] = line
-        out.append(padded)
-    return {"x": _nchw(out)}
+    return {"x": rapidocr_rec_tensor(text_crops(np.random.default_rng(seed), n), width)}
 
 
 def rapidocr_cls_inputs(e: Entry, n: int, seed: int) -> Inputs:

@@ -130,16 +130,36 @@ def layer_class() -> Any:
                 if self.output_conv == "nchw" else y
 
         def _tf_function(self) -> Any:
-            """The node as TensorFlow ops (onnx_tf_nodes), or None: onnxruntime runs it."""
+            """The node as TensorFlow ops (onnx_tf_nodes), or None: onnxruntime runs it.
+            On the whole batch when the node leaves its batch axis alone; else (a tensor
+            with no batch axis first, a Transpose moving it) sample by sample, as
+            onnxruntime runs it here, mapped over the batch (``_per_sample``)."""
             if not hasattr(self, "_tf_node"):
+                content = base64.b64decode(self.model_b64)
                 stacked = "stack" in (*self.input_convs, self.output_conv)
-                self._tf_node = None if stacked else \
-                    node_function(base64.b64decode(self.model_b64))
+                self._tf_node = None if stacked else node_function(content)
+                self._per_sample = self._tf_node is None
+                if self._per_sample:
+                    self._tf_node = node_function(content, batched=False)
             return self._tf_node
 
         def _differentiable(self, tensors: list) -> Any:
+            if self._per_sample:
+                return self._mapped(tensors)
             feeds = [_tf_to_onnx(t, conv) for t, conv in zip(tensors, self.input_convs)]
             y = self._tf_function()(feeds)[self.output_index]
+            return tf.transpose(y, NCHW_TO_NHWC) if self.output_conv == "nchw" else y
+
+        def _mapped(self, tensors: list) -> Any:
+            """``_run`` in TensorFlow: each sample fed as the node was shaped (``_sample``),
+            the outputs stacked or concatenated; vectorized, with gradients."""
+            def one(sample: tuple) -> Any:
+                feeds = [s if conv == "stack" else _tf_to_onnx(s[None], conv)
+                         for s, conv in zip(sample, self.input_convs)]
+                y = self._tf_node(feeds)[self.output_index]
+                return y if self.output_conv == "stack" else y[0]
+
+            y = tf.vectorized_map(one, tuple(tensors))
             return tf.transpose(y, NCHW_TO_NHWC) if self.output_conv == "nchw" else y
 
         def call(self, inputs: Any) -> Any:

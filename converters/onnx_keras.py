@@ -692,9 +692,10 @@ def import_onnx(proto: Any) -> Imported:
 
     imp = _Importer(proto)
     inputs = _inputs(imp)
-    for index, node in enumerate(proto.graph.node):
-        if not node.name:
+    for index, node in enumerate(proto.graph.node):  # all named first: a MatMul looks ahead
+        if not node.name:                              # to fuse the Add after it, by name
             node.name = f"{node.op_type}_{index}"
+    for node in proto.graph.node:
         if node.name in imp.fused:
             imp.values[node.output[0]] = imp.values[node.input[0]] if node.input[0] in \
                 imp.values else imp.values[node.input[1]]

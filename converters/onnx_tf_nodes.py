@@ -95,16 +95,16 @@ class _NotCovered(Exception):
     """This node (its op, attribute or a non-constant parameter) stays in onnxruntime."""
 
 
-def _off_batch(axes: list[int], rank: int) -> list[int]:
-    """Axes made positive; the batch axis (0) among them is not covered: the node was
-    shaped for one sample and runs here on the whole batch."""
+def _off_batch(axes: list[int], rank: int, batched: bool) -> list[int]:
+    """Axes made positive; the batch axis (0) among them is not covered when ``batched``:
+    the node was shaped for one sample and runs here on the whole batch."""
     found = [int(a) % rank for a in axes]
-    if 0 in found:
+    if batched and 0 in found:
         raise _NotCovered
     return found
 
 
-def _reduce(node: Any, attrs: dict, consts: dict, x: Any) -> Any:
+def _reduce(node: Any, attrs: dict, consts: dict, x: Any, batched: bool) -> Any:
     import tensorflow as tf
 
     axes = _axes(node, attrs, consts, 1)
@@ -112,15 +112,21 @@ def _reduce(node: Any, attrs: dict, consts: dict, x: Any) -> Any:
     if axes is None or not axes:
         if attrs.get("noop_with_empty_axes", 0):
             return tf.identity(x)
-        raise _NotCovered  # all axes: the batch too
-    axes = _off_batch(axes, len(x.shape))
+        if batched:
+            raise _NotCovered  # all axes: the batch too
+        axes = list(range(len(x.shape)))
+    axes = _off_batch(axes, len(x.shape), batched)
     return getattr(tf.math, REDUCE[node.op_type])(x, axis=axes, keepdims=keep)
 
 
-def _reshape(node: Any, attrs: dict, consts: dict, x: Any) -> Any:
+def _reshape(node: Any, attrs: dict, consts: dict, x: Any, batched: bool) -> Any:
     import tensorflow as tf
 
     shape = [int(v) for v in _const(node, consts, 1).reshape(-1)]
+    if not batched:  # one sample's tensor: ONNX's own rule (0 copies the dimension)
+        if not attrs.get("allowzero", 0):
+            shape = [x.shape[i] if v == 0 else v for i, v in enumerate(shape)]
+        return tf.reshape(x, shape)
     if not attrs.get("allowzero", 0):
         shape = [x.shape[i] if v == 0 and i else v for i, v in enumerate(shape)]
     if not shape or shape[0] not in (0, 1, -1) or any(v is None for v in shape[1:]) or \
@@ -137,7 +143,7 @@ def _const(node: Any, consts: dict, index: int) -> np.ndarray:
     return consts[node.input[index]]
 
 
-def _slice(node: Any, attrs: dict, consts: dict, x: Any) -> Any:
+def _slice(node: Any, attrs: dict, consts: dict, x: Any, batched: bool) -> Any:
     rank = len(x.shape)
     starts = _const(node, consts, 1).reshape(-1)
     ends = _const(node, consts, 2).reshape(-1)
@@ -145,7 +151,7 @@ def _slice(node: Any, attrs: dict, consts: dict, x: Any) -> Any:
             else np.arange(len(starts)))
     steps = (_const(node, consts, 4).reshape(-1) if len(node.input) > 4 and node.input[4]
              else np.ones(len(starts), np.int64))
-    _off_batch(list(axes), rank)
+    _off_batch(list(axes), rank, batched)
     index = [slice(None)] * rank
     for s, e, a, st in zip(starts, ends, axes, steps):
         dim = x.shape[int(a) % rank]
@@ -156,10 +162,12 @@ def _slice(node: Any, attrs: dict, consts: dict, x: Any) -> Any:
     return x[tuple(index)]
 
 
-def _expand(node: Any, attrs: dict, consts: dict, x: Any) -> Any:
+def _expand(node: Any, attrs: dict, consts: dict, x: Any, batched: bool) -> Any:
     import tensorflow as tf
 
     target = [int(v) for v in _const(node, consts, 1).reshape(-1)]
+    if not batched:
+        return tf.broadcast_to(x, np.broadcast_shapes(tuple(x.shape), tuple(target)))
     if len(target) != len(x.shape) or target[0] != 1 or any(d is None for d in x.shape[1:]):
         raise _NotCovered  # the batch must stay the first axis, of its own size
     rest = np.broadcast_shapes(tuple(x.shape[1:]), tuple(target[1:]))
@@ -179,32 +187,32 @@ def _matmul(node: Any, attrs: dict, xs: list) -> Any:
     return tf.linalg.matmul(a, b)
 
 
-def _gemm(node: Any, attrs: dict, xs: list) -> Any:
+def _gemm(node: Any, attrs: dict, xs: list, batched: bool) -> Any:
     import tensorflow as tf
 
     a, b = xs[0], xs[1]
-    if attrs.get("transA"):
+    if batched and attrs.get("transA"):
         raise _NotCovered  # the batch would move off the first axis
     y = attrs.get("alpha", 1.0) * tf.linalg.matmul(a, b, transpose_a=bool(attrs.get("transA")),
                                                    transpose_b=bool(attrs.get("transB")))
     return y + attrs.get("beta", 1.0) * xs[2] if len(xs) > 2 else y
 
 
-def _softmax(node: Any, attrs: dict, x: Any, opset: int, log: bool) -> Any:
+def _softmax(node: Any, attrs: dict, x: Any, opset: int, log: bool, batched: bool) -> Any:
     import tensorflow as tf
 
     rank = len(x.shape)
     axis = int(attrs.get("axis", -1 if opset >= 13 else 1)) % rank
-    _off_batch([axis], rank)
+    _off_batch([axis], rank, batched)
     if opset < 13 and axis != rank - 1:  # the old flattening semantics: not covered
         raise _NotCovered
     return tf.nn.log_softmax(x, axis) if log else tf.nn.softmax(x, axis)
 
 
-def _split(node: Any, attrs: dict, consts: dict, x: Any) -> list:
+def _split(node: Any, attrs: dict, consts: dict, x: Any, batched: bool) -> list:
     import tensorflow as tf
 
-    axis = _off_batch([int(attrs.get("axis", 0))], len(x.shape))[0]
+    axis = _off_batch([int(attrs.get("axis", 0))], len(x.shape), batched)[0]
     if "split" in attrs:
         sizes = [int(v) for v in attrs["split"]]
     elif len(node.input) > 1 and node.input[1]:
@@ -217,8 +225,10 @@ def _split(node: Any, attrs: dict, consts: dict, x: Any) -> list:
     return tf.split(x, sizes, axis=axis)
 
 
-def _one(node: Any, attrs: dict, consts: dict, xs: list, opset: int) -> list:
-    """The node's outputs; raises _NotCovered for anything not written here."""
+def _one(node: Any, attrs: dict, consts: dict, xs: list, opset: int, batched: bool) -> list:
+    """The node's outputs; raises _NotCovered for anything not written here. ``batched``:
+    the tensors carry the whole batch where the node has its batch of 1, so the batch axis
+    must stay untouched; otherwise they are one sample's, as the node was shaped."""
     import tensorflow as tf
 
     op = node.op_type
@@ -233,12 +243,12 @@ def _one(node: Any, attrs: dict, consts: dict, xs: list, opset: int) -> list:
         y = xs[0] if low is None else tf.maximum(xs[0], low)
         return [y if high is None else tf.minimum(y, high)]
     if op in REDUCE:
-        return [_reduce(node, attrs, consts, xs[0])]
+        return [_reduce(node, attrs, consts, xs[0], batched)]
     if op == "Reshape":
-        return [_reshape(node, attrs, consts, xs[0])]
+        return [_reshape(node, attrs, consts, xs[0], batched)]
     if op == "Transpose":
         perm = [int(p) for p in attrs.get("perm", list(range(len(xs[0].shape)))[::-1])]
-        if perm[0] != 0:
+        if batched and perm[0] != 0:
             raise _NotCovered
         return [tf.transpose(xs[0], perm)]
     if op in ("Squeeze", "Unsqueeze"):
@@ -246,34 +256,39 @@ def _one(node: Any, attrs: dict, consts: dict, xs: list, opset: int) -> list:
         if op == "Squeeze":
             rank = len(xs[0].shape)
             if axes is None:
-                raise _NotCovered  # every 1-sized axis: the batch of one too
-            return [tf.squeeze(xs[0], _off_batch(axes, rank))]
+                if batched:
+                    raise _NotCovered  # every 1-sized axis: the batch of one too
+                return [tf.squeeze(xs[0])]
+            return [tf.squeeze(xs[0], _off_batch(axes, rank, batched))]
         if axes is None:
             raise _NotCovered
         y, rank = xs[0], len(xs[0].shape) + len(axes)
-        for a in sorted(_off_batch(axes, rank)):
+        for a in sorted(_off_batch(axes, rank, batched)):
             y = tf.expand_dims(y, a)
         return [y]
     if op == "Flatten":
-        axis = int(attrs.get("axis", 1)) % max(len(xs[0].shape), 1)
-        shape = xs[0].shape
+        rank = max(len(xs[0].shape), 1)
+        axis, shape = int(attrs.get("axis", 1)) % rank, xs[0].shape
+        if not batched:
+            return [tf.reshape(xs[0], [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])]
         if axis != 1 or any(d is None for d in shape[1:]):
             raise _NotCovered
         return [tf.reshape(xs[0], [tf.shape(xs[0])[0], int(np.prod(shape[1:]))])]
     if op == "Concat":
-        return [tf.concat(xs, axis=_off_batch([int(attrs["axis"])], len(xs[0].shape))[0])]
+        axis = _off_batch([int(attrs["axis"])], len(xs[0].shape), batched)[0]
+        return [tf.concat(xs, axis=axis)]
     if op == "Slice":
-        return [_slice(node, attrs, consts, xs[0])]
+        return [_slice(node, attrs, consts, xs[0], batched)]
     if op == "Expand":
-        return [_expand(node, attrs, consts, xs[0])]
+        return [_expand(node, attrs, consts, xs[0], batched)]
     if op == "Split":
-        return _split(node, attrs, consts, xs[0])
+        return _split(node, attrs, consts, xs[0], batched)
     if op == "MatMul":
         return [_matmul(node, attrs, xs)]
     if op == "Gemm":
-        return [_gemm(node, attrs, xs)]
+        return [_gemm(node, attrs, xs, batched)]
     if op in ("Softmax", "LogSoftmax"):
-        return [_softmax(node, attrs, xs[0], opset, op == "LogSoftmax")]
+        return [_softmax(node, attrs, xs[0], opset, op == "LogSoftmax", batched)]
     if op in ("GlobalMaxPool", "GlobalAveragePool"):
         axes = list(range(2, len(xs[0].shape)))
         reduce = tf.reduce_max if op == "GlobalMaxPool" else tf.reduce_mean
@@ -285,11 +300,16 @@ def _one(node: Any, attrs: dict, consts: dict, xs: list, opset: int) -> list:
     raise _NotCovered
 
 
-def node_function(content: bytes) -> NodeFn | None:
+def node_function(content: bytes, batched: bool = True) -> NodeFn | None:
     """A TensorFlow function of the one-node model ``content`` on a whole batch (inputs: its
     non-constant inputs in order, in the node's layout with the batch first where the node
     has 1; outputs: all of the node's outputs, float32), or None when the node touches a
-    non-float tensor, mixes the batch axis with others, or is not covered here."""
+    non-float tensor, mixes the batch axis with others, or is not covered here.
+
+    ``batched=False``: the function of one sample's tensors, shaped exactly as the node
+    declares them (its batch of 1 included), for a node that moves or merges the batch
+    axis (PP-OCR's attention: Transpose [1, T, 3, H, D] -> [3, 1, H, T, D], then Slice and
+    Squeeze axis 0); the caller maps it over the batch (onnx_frozen's OnnxOp)."""
     import onnx
     import tensorflow as tf
     from onnx import helper, numpy_helper
@@ -320,7 +340,7 @@ def node_function(content: bytes) -> NodeFn | None:
             else:
                 args.append(tf.constant(consts[name].astype(np.float32)
                                         if consts[name].dtype.kind == "f" else consts[name]))
-        outs = _one(node, attrs, consts, args, opset)
+        outs = _one(node, attrs, consts, args, opset, batched)
         return [tf.cast(y, tf.float32) for y in outs]
 
     # probe the shapes once: anything not covered (or TensorFlow refusing) stays in ORT

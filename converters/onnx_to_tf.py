@@ -203,12 +203,13 @@ def private_copy(path: Path, workdir: Path) -> Path:
 
 
 def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log,
-                source: Path | None = None) -> Path | None:
+                source: Path | None = None, skip_fusions: tuple[str, ...] = ()) -> Path | None:
     """Fix the input shapes and propagate them with onnxslim, in-process.
 
     onnx2tf needs static shapes on every tensor; it would call the `onnxsim` program for
     that, which may not exist. None when onnxslim cannot simplify this graph. onnxslim
-    reads `source`, a private copy of the model (made here when not given).
+    reads `source`, a private copy of the model (made here when not given);
+    `skip_fusions` names onnxslim fusion patterns not to apply (e.g. "FusionGemm").
     """
     import onnx
     import onnxslim
@@ -216,7 +217,8 @@ def static_onnx(handle: ModelHandle, workdir: Path, shapes: list[str], log,
     source = source or private_copy(handle.path, workdir)
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            model = onnxslim.slim(str(source), input_shapes=shapes)
+            model = onnxslim.slim(str(source), input_shapes=shapes,
+                                  skip_fusion_patterns=list(skip_fusions) or None)
     except Exception as exc:  # onnxslim raises anything from its graph passes
         log.write(f"onnxslim could not simplify the model: {exc}\n")
         return None

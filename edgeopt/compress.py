@@ -143,10 +143,17 @@ def _refuse_frozen(trainable: Trainable, way_out: str) -> None:
 
 
 def _static_onnx(handle, workdir: Path) -> Path:
-    """Dynamic batch -> 1, shapes propagated and shape subgraphs folded (onnxslim)."""
+    """Dynamic batch -> 1, shapes propagated and shape subgraphs folded (onnxslim).
+
+    Without onnxslim's MatMul+Add -> Gemm fusion: on a batch-1 sequence ([1, T, K] @ W) it
+    writes Reshape [T, K] -> Gemm -> Reshape [1, T, N], rows that mix the batch with the
+    time axis, so the import could not make the product a Dense layer (PP-OCRv4's
+    recognizer: its attention and MLP weights stayed constants in onnxruntime, untrained
+    and with no gradient through them). The MatMul itself is one Dense on the last axis."""
     import io
 
-    path = static_onnx(handle, workdir, fixed_shapes(handle), io.StringIO())
+    path = static_onnx(handle, workdir, fixed_shapes(handle), io.StringIO(),
+                       skip_fusions=("FusionGemm",))
     return path or handle.path
 
 

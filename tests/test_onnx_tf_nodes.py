@@ -144,6 +144,104 @@ def test_a_node_shaped_for_one_sample_runs_on_a_batch():
                                    want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("content", [
+    one_node("Transpose", [[1, 4, 3, 2, 5]], perm=[2, 0, 3, 1, 4]),
+    one_node("Squeeze", [[1, 4, 6]], consts={"a": np.array([0], np.int64)}),
+    one_node("Squeeze", [[1, 4, 1]]),
+    one_node("ReduceSum", [[1, 4, 6]], opset=18, keepdims=0),
+    one_node("Reshape", [[1, 4, 6]], consts={"s": np.array([-1, 0], np.int64)}),
+    one_node("Slice", [[3, 1, 4, 6]], consts={"s": np.array([1], np.int64),
+                                              "e": np.array([2], np.int64),
+                                              "a": np.array([0], np.int64)}),
+    one_node("Gemm", [[6, 4]], consts={"w": RNG.standard_normal((6, 3)).astype(np.float32)},
+             transA=1),
+    one_node("Flatten", [[1, 4, 6]], axis=2),
+], ids=["transpose", "squeeze0", "squeeze-all", "reduce-all", "reshape", "slice0", "gemmT",
+        "flatten2"])
+def test_a_node_that_moves_the_batch_axis_runs_per_sample(content):
+    """What the batched function refuses (the node moves, merges or reduces the batch axis
+    of 1) is written for one sample exactly as the node is shaped: onnxruntime's values,
+    and a gradient."""
+    assert node_function(content) is None
+    fn = node_function(content, batched=False)
+    assert fn is not None
+    graph = onnx.load_from_string(content).graph
+    shape = [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim]
+    data = RNG.standard_normal(shape).astype(np.float32)
+    want = ort.InferenceSession(content, providers=["CPUExecutionProvider"]).run(
+        None, {"x0": data})[0]
+    x = tf.Variable(data)
+    with tf.GradientTape() as tape:
+        got = fn([x])[0]
+        loss = tf.reduce_sum(got * got)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert tape.gradient(loss, x) is not None
+
+
+def _attention_block() -> onnx.ModelProto:
+    """PP-OCRv4's attention as written: MatMul+Add to q, k, v at once, Reshape [1, T, 3, H,
+    D], Transpose [2, 0, 3, 1, 4] (the batch axis to position 1), Slice/Squeeze axis 0,
+    softmax(q k^T) v, and a MatMul+Add out; the input is [1, T, C]."""
+    t, c, h = 6, 8, 2
+    d = c // h
+    w = {"wqkv": RNG.standard_normal((c, 3 * c)).astype(np.float32) / 3,
+         "bqkv": RNG.standard_normal(3 * c).astype(np.float32) / 10,
+         "wo": RNG.standard_normal((c, c)).astype(np.float32) / 3,
+         "bo": RNG.standard_normal(c).astype(np.float32) / 10,
+         "shape": np.array([0, -1, 3, h, d], np.int64),
+         "back": np.array([0, -1, c], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "wqkv"], ["qkv0"]),
+             helper.make_node("Add", ["qkv0", "bqkv"], ["qkv"]),
+             helper.make_node("Reshape", ["qkv", "shape"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["p"], perm=[2, 0, 3, 1, 4], name="move")]
+    for i, name in enumerate("qkv"):
+        w[f"s{i}"], w[f"e{i}"] = np.array([i], np.int64), np.array([i + 1], np.int64)
+        w["a0"] = np.array([0], np.int64)
+        nodes += [helper.make_node("Slice", ["p", f"s{i}", f"e{i}", "a0"], [f"{name}5"]),
+                  helper.make_node("Squeeze", [f"{name}5", "a0"], [name])]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["q", "kt"], ["att0"]),
+              helper.make_node("Softmax", ["att0"], ["att"], axis=-1),
+              helper.make_node("MatMul", ["att", "v"], ["o0"]),
+              helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["o1", "back"], ["o2"]),
+              helper.make_node("MatMul", ["o2", "wo"], ["o3"]),
+              helper.make_node("Add", ["o3", "bo"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "attention", [helper.make_tensor_value_info("x", F, [1, t, c])],
+        [helper.make_tensor_value_info("y", F, [1, t, c])],
+        [numpy_helper.from_array(v, k) for k, v in w.items()])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    return onnx.shape_inference.infer_shapes(proto)
+
+
+def test_an_attention_block_trains_through_the_import():
+    """The batch axis moved inside an attention (PP-OCRv4's recognizer) used to leave its
+    Transpose, Slices and Squeezes in onnxruntime: no gradient reached the q/k/v weights.
+    Now they run per sample as TensorFlow ops: onnxruntime's values on a batch of 3, and a
+    gradient to every weight."""
+    from edgeopt.converters.onnx_frozen import onnxruntime_nodes
+    from edgeopt.converters.onnx_keras import import_onnx
+
+    proto = _attention_block()
+    imported = import_onnx(proto)
+    model = imported.model
+    assert "move" in imported.frozen and onnxruntime_nodes(model) == []
+    # the graph's nodes have no names: each MatMul's Add still becomes its Dense's bias
+    # (it was matched by the empty name, and the bias was added twice)
+    assert list(imported.kinds.values()).count("fused_bias") == 2
+    x = RNG.standard_normal((3, 6, 8)).astype(np.float32)
+    session = ort.InferenceSession(proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    want = np.concatenate([session.run(None, {"x": x[i:i + 1]})[0] for i in range(len(x))])
+    np.testing.assert_allclose(model(x).numpy(), want, rtol=1e-5, atol=1e-5)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x, training=True) ** 2)
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert len(grads) == 4 and all(g is not None for g in grads)  # qkv and out: kernel, bias
+
+
 def test_a_layer_norm_written_in_onnx_ops_trains_through_the_import():
     """The class of magika's graph: Dense -> a layer norm as ReduceMean/Sub/Mul/Sqrt/
     Reciprocal -> MatMul on a constant. Before, those nodes ran in onnxruntime and the Dense
@@ -207,3 +305,22 @@ def test_no_gradient_through_an_onnxruntime_node_is_a_clear_error():
     assert model.trainable_variables
     with pytest.raises(ConfigError, match=r"--qat cannot train.*'lp' \(LpNormalization\)"):
         require_gradients(model, RNG.standard_normal((2, 8)).astype(np.float32), "--qat")
+
+
+def test_the_trainable_import_keeps_a_sequence_matmul_a_dense(tmp_path):
+    """onnxslim (which fixes the shapes first) fuses MatMul+Add on a [1, T, C] sequence into
+    Reshape [T, C] -> Gemm -> Reshape [1, T, N]: rows that mix the batch with time, so the
+    product stayed a constant in onnxruntime (PP-OCRv4: every attention and MLP weight).
+    The trainable import skips that fusion: each product is a Dense, trained."""
+    from edgeopt.compress import trainable_model
+    from edgeopt.converters.onnx_frozen import onnxruntime_nodes
+    from edgeopt.model import load_model
+
+    path = tmp_path / "attention.onnx"
+    onnx.save(_attention_block(), str(path))
+    trainable = trainable_model(load_model(path), tmp_path)
+    ops = {n.name: n.op_type for n in trainable.imported.proto.graph.node}
+    assert "Gemm" not in ops.values()
+    assert [ops[n] for n, k in trainable.imported.kinds.items() if k == "dense"] == \
+        ["MatMul", "MatMul"]
+    assert onnxruntime_nodes(trainable.model) == []
