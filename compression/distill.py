@@ -213,9 +213,20 @@ def agreement(teacher: Teacher, student: Any, inputs: np.ndarray) -> float:
     return float((t == s).mean())
 
 
+def _inference(student: Any) -> Callable:
+    """``student(x, training=False)`` compiled once (tf.function), as the training step is:
+    the held-back evaluation after every epoch ran eagerly, 3-4x the time (PP-OCRv4's
+    recognizer: 30 s against 8 s for 80 lines)."""
+    import tensorflow as tf
+
+    call = tf.function(lambda x: student(x, training=False), reduce_retracing=True)
+    return lambda x, training=False: call(tf.constant(x))
+
+
 def _evaluate(teacher: Teacher | np.ndarray, student: Any, inputs: np.ndarray,
               config: DistillConfig, labels: np.ndarray | None = None) -> dict:
-    """Held-back loss and top-1 agreement; ``teacher`` may be its logits computed once.
+    """Held-back loss and top-1 agreement; ``teacher`` may be its logits computed once;
+    ``student`` is the model or a compiled call of it (``_inference``).
 
     With labels the held-back loss is the training loss (distillation and cross-entropy
     mixed, as trained), and the labels' top-1 accuracy is recorded beside it."""
@@ -273,8 +284,10 @@ def distill(teacher: Teacher, student: Any, inputs: np.ndarray, labels: Any = No
     targets = teacher_targets(teacher, train_data[0], config)
     step = _train_step(student, config)
 
+    compiled = _inference(student)
+
     def evaluate() -> dict:
-        return _evaluate(held_targets, student, inputs[held], config, held_labels)
+        return _evaluate(held_targets, compiled, inputs[held], config, held_labels)
 
     history = [{"epoch": 0} | evaluate()]
     stopper = _EarlyStopping(student, history[0]["val_loss"], config.patience)

@@ -152,14 +152,21 @@ def layer_class() -> Any:
 
         def _mapped(self, tensors: list) -> Any:
             """``_run`` in TensorFlow: each sample fed as the node was shaped (``_sample``),
-            the outputs stacked or concatenated; vectorized, with gradients."""
+            the outputs stacked or concatenated; vectorized, with gradients. Compiled once
+            per layer: called eagerly (a held-back evaluation), vectorized_map would trace
+            its graph again on every call (minutes a batch on PP-OCRv4's recognizer)."""
+            if not hasattr(self, "_mapped_fn"):
+                self._mapped_fn = tf.function(self._map_samples, reduce_retracing=True)
+            return self._mapped_fn(*tensors)
+
+        def _map_samples(self, *tensors: Any) -> Any:
             def one(sample: tuple) -> Any:
                 feeds = [s if conv == "stack" else _tf_to_onnx(s[None], conv)
                          for s, conv in zip(sample, self.input_convs)]
                 y = self._tf_node(feeds)[self.output_index]
                 return y if self.output_conv == "stack" else y[0]
 
-            y = tf.vectorized_map(one, tuple(tensors))
+            y = tf.vectorized_map(one, tensors)
             return tf.transpose(y, NCHW_TO_NHWC) if self.output_conv == "nchw" else y
 
         def call(self, inputs: Any) -> Any:

@@ -178,6 +178,21 @@ def test_a_node_that_moves_the_batch_axis_runs_per_sample(content):
     assert tape.gradient(loss, x) is not None
 
 
+def _matches_and_trains(proto, model, x: np.ndarray, atol: float) -> list:
+    """The imported ``model`` gives onnxruntime's values sample by sample on the batch
+    ``x``, and a gradient reaches every trainable variable: their gradients."""
+    x = x.astype(np.float32)
+    session = ort.InferenceSession(proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    want = np.concatenate([session.run(None, {"x": x[i:i + 1]})[0] for i in range(len(x))])
+    np.testing.assert_allclose(model(x).numpy(), want, rtol=1e-5, atol=atol)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x, training=True) ** 2)
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(g is not None for g in grads)
+    return grads
+
+
 def _attention_block() -> onnx.ModelProto:
     """PP-OCRv4's attention as written: MatMul+Add to q, k, v at once, Reshape [1, T, 3, H,
     D], Transpose [2, 0, 3, 1, 4] (the batch axis to position 1), Slice/Squeeze axis 0,
@@ -231,15 +246,8 @@ def test_an_attention_block_trains_through_the_import():
     # the graph's nodes have no names: each MatMul's Add still becomes its Dense's bias
     # (it was matched by the empty name, and the bias was added twice)
     assert list(imported.kinds.values()).count("fused_bias") == 2
-    x = RNG.standard_normal((3, 6, 8)).astype(np.float32)
-    session = ort.InferenceSession(proto.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    want = np.concatenate([session.run(None, {"x": x[i:i + 1]})[0] for i in range(len(x))])
-    np.testing.assert_allclose(model(x).numpy(), want, rtol=1e-5, atol=1e-5)
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(model(x, training=True) ** 2)
-    grads = tape.gradient(loss, model.trainable_variables)
-    assert len(grads) == 4 and all(g is not None for g in grads)  # qkv and out: kernel, bias
+    grads = _matches_and_trains(proto, model, RNG.standard_normal((3, 6, 8)), atol=1e-5)
+    assert len(grads) == 4  # qkv and out: kernel, bias
 
 
 def test_a_layer_norm_written_in_onnx_ops_trains_through_the_import():
@@ -276,15 +284,7 @@ def test_a_layer_norm_written_in_onnx_ops_trains_through_the_import():
     imported = import_onnx(proto)
     model = imported.model
     assert "Sqrt" in {n.op_type for n in proto.graph.node if n.name in imported.frozen}
-    x = RNG.standard_normal((3, 8)).astype(np.float32)
-    session = ort.InferenceSession(proto.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    want = np.concatenate([session.run(None, {"x": x[i:i + 1]})[0] for i in range(len(x))])
-    np.testing.assert_allclose(model(x).numpy(), want, rtol=1e-5, atol=1e-6)
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(model(x, training=True) ** 2)
-    grads = tape.gradient(loss, model.trainable_variables)
-    assert model.trainable_variables and all(g is not None for g in grads)
+    assert _matches_and_trains(proto, model, RNG.standard_normal((3, 8)), atol=1e-6)
 
 
 def test_no_gradient_through_an_onnxruntime_node_is_a_clear_error():
