@@ -133,7 +133,7 @@ def layer_class() -> Any:
             """The node as TensorFlow ops (onnx_tf_nodes), or None: onnxruntime runs it.
             On the whole batch when the node leaves its batch axis alone; else (a tensor
             with no batch axis first, a Transpose moving it) sample by sample, as
-            onnxruntime runs it here, mapped over the batch (``_per_sample``)."""
+            onnxruntime runs it here, mapped over the batch (``_mapped``)."""
             if not hasattr(self, "_tf_node"):
                 content = base64.b64decode(self.model_b64)
                 stacked = "stack" in (*self.input_convs, self.output_conv)
