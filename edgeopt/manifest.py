@@ -557,9 +557,6 @@ class QatFigures:
     value: float | None = None
     sqnr_db: float | None = None
     top1_agreement: float | None = None
-    task_metric: str | None = _opt(description="the --task metric (string_match, "
-                                   "detection_f1, top1_agreement, relative_error)")
-    task_value: float | None = _opt(description="its value against the float model")
     samples: int | None = _opt(minimum=0)
     layers_above_int8: int | None = _opt(
         minimum=0, description="layers the precision search kept in fp16/float")

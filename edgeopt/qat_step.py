@@ -145,10 +145,8 @@ def skipped_record(result: QuantResult, config: QuantConfig) -> dict:
 
 def _figures(result: QuantResult) -> dict:
     v = result.validation or {}
-    task = v.get("task") or {}
     return {"metric": v.get("metric"), "reference": v.get("reference"), "value": v.get("value"),
             "sqnr_db": v.get("sqnr_db"), "top1_agreement": v.get("top1_agreement"),
-            "task_metric": task.get("metric"), "task_value": task.get("value"),
             "samples": v.get("samples"), "layers_above_int8": len(not_full_integer(result))}
 
 
@@ -299,18 +297,10 @@ def against_source_float(job: QatJob, result: QuantResult) -> QuantResult:
 
 
 def _score(result: QuantResult) -> float:
-    """Higher is better: labelled accuracy, else the --task metric against the float model
-    (a sequence's string match, a detector's F1; a regression's relative error negated),
-    else top-1 agreement, else output SQNR."""
     v = result.validation or {}
-    value, task = v.get("value"), v.get("task") or {}
-    if v.get("metric") == "top1_accuracy" and value is not None:
-        return float(value)
-    if task.get("value") is not None:
-        sign = -1.0 if task.get("metric") == "relative_error" else 1.0
-        return sign * float(task["value"])
-    return float(value) if v.get("metric") == "top1_agreement" and value is not None \
-        else float(v.get("sqnr_db") or -np.inf)
+    value = v.get("value")
+    return float(value) if v.get("metric") in ("top1_accuracy", "top1_agreement") and \
+        value is not None else float(v.get("sqnr_db") or -np.inf)
 
 
 def _meets(result: QuantResult, budget: float) -> bool:
@@ -404,7 +394,4 @@ def qat_summary(record: dict | None) -> list[str]:
              f"{record['seconds']:.0f} s, {'labels' if record['labels'] else 'distillation'}; "
              f"{qat['metric']}: PTQ {_g(ptq['value'])} -> QAT {_g(qat['value'])} (SQNR "
              f"{_g(ptq['sqnr_db'])} -> {_g(qat['sqnr_db'])} dB); shipped {record['shipped']}"]
-    if qat.get("task_metric"):
-        lines.append(f"task {qat['task_metric'].replace('_', ' ')} against the float model: "
-                     f"PTQ {_g(ptq.get('task_value'))} -> QAT {_g(qat.get('task_value'))}")
     return lines + ([record["note"]] if record.get("note") else [])

@@ -172,34 +172,3 @@ def test_forced_qat_that_scores_below_ptq_ships_and_says_so():
     assert "scored below the post-training one" in record["note"] and "0.94" in record["note"]
     better, record = result(0.98), {}
     assert choose(ptq, better, QuantConfig(), record) is better and "note" not in record
-
-
-def test_with_a_task_qat_and_ptq_are_compared_by_its_metric():
-    """A recognizer's QAT raised the output SQNR (13.8 -> 14.4 dB) while reading fewer lines
-    like the float model: with --task sequence the string match decides, and the record
-    and summary carry it beside the SQNR."""
-    from edgeopt.calibration.config import QuantConfig, QuantResult
-    from edgeopt.qat_step import _figures, choose, qat_summary
-
-    def result(sqnr: float, match: float) -> QuantResult:
-        return QuantResult(b"", "tflite", "w8a8", "auto", [], {}, [], "int8", validation={
-            "metric": "sqnr_db", "value": sqnr, "sqnr_db": sqnr,
-            "task": {"task": "sequence", "metric": "string_match", "value": match}})
-
-    ptq, qat, record = result(13.8, 0.90), result(14.4, 0.84), {}
-    assert choose(ptq, qat, QuantConfig(), record) is qat
-    assert "scored below the post-training one" in record["note"] and "0.84" in record["note"]
-    figures = _figures(qat)
-    assert (figures["task_metric"], figures["task_value"]) == ("string_match", 0.84)
-    lines = qat_summary({"ran": True, "epochs_run": 5, "best_epoch": 5, "seconds": 60.0,
-                         "labels": False, "ptq": _figures(ptq), "qat": figures,
-                         "shipped": "qat"})
-    assert "task string match against the float model: PTQ 0.9 -> QAT 0.84" in lines
-    # a regression's relative error: lower is better
-    err = {"task": {"task": "regress", "metric": "relative_error", "value": 0.02}}
-    low, high = (QuantResult(b"", "tflite", "w8a8", "auto", [], {}, [], "int8",
-                             validation={**err, "task": {**err["task"], "value": v}})
-                 for v in (0.02, 0.05))
-    record = {}
-    choose(low, high, QuantConfig(), record)
-    assert "note" in record
