@@ -196,10 +196,15 @@ MAGIKA_ROOTS = (Path(sys.prefix) / "lib", Path("/usr/share"), Path("/usr/lib"), 
 MAGIKA_PER_TYPE, MAGIKA_CALIB = 40, 400
 
 
-def magika_model() -> Path:
-    from zoo import package_dir
+def zoo_model(name: str) -> Path:
+    """The file of the zoo's entry ``name`` (benchmarks/zoo.py: wheel, version, path)."""
+    from zoo import ZOO
 
-    return package_dir("magika") / "models" / "standard_v3_3" / "model.onnx"
+    return next(e for e in ZOO if e.name == name).path()
+
+
+def magika_model() -> Path:
+    return zoo_model("magika")
 
 
 def magika_files() -> dict:
@@ -244,9 +249,7 @@ OCR_CALIB, OCR_EVAL = 400, 600
 
 
 def ppocr_model() -> Path:
-    from zoo import package_dir
-
-    return package_dir("rapidocr_onnxruntime") / "models" / "ch_PP-OCRv4_rec_infer.onnx"
+    return zoo_model("ppocrv4_rec")
 
 
 def ppocr_charset() -> list[str]:
